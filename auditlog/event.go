@@ -1,0 +1,60 @@
+package auditlog
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/writerd/writerd/digest"
+)
+
+// Outcomes of a write as the audit log records them.
+const (
+	OK     = "ok"
+	Failed = "failed"
+)
+
+// Event is one audit event, with the JSON members of DESIGN.md section 7.
+type Event struct {
+	Seq            uint64    `json:"seq"`
+	ID             string    `json:"id"`
+	Time           time.Time `json:"time"`
+	RequestID      string    `json:"request_id"`
+	Principal      string    `json:"principal"`
+	Transport      string    `json:"transport"`
+	Tool           string    `json:"tool"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	Digest         string    `json:"digest"`
+	Outcome        string    `json:"outcome"`
+	Code           string    `json:"code,omitempty"`
+	Status         int       `json:"status,omitempty"`
+	Targets        []Target  `json:"targets"`
+	DurationMS     float64   `json:"duration_ms"`
+}
+
+// Target is an entity a write touched.
+type Target struct {
+	Kind     string `json:"kind"`
+	ID       string `json:"id"`
+	Revision int64  `json:"revision"`
+}
+
+// canonical returns the event's stored bytes: its RFC 8785 form.
+func (e *Event) canonical() ([]byte, error) {
+	if e.Targets == nil {
+		e.Targets = []Target{}
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("auditlog: encode event: %w", err)
+	}
+	return digest.Canonical(b)
+}
+
+func decode(b []byte) (*Event, error) {
+	e := new(Event)
+	if err := json.Unmarshal(b, e); err != nil {
+		return nil, fmt.Errorf("auditlog: decode event: %w", err)
+	}
+	return e, nil
+}

@@ -1,0 +1,40 @@
+// Package digest holds the canonical JSON and the request digest of writerd.
+//
+// A request digest identifies what a write tool call asks for, independently
+// of how the client happened to spell it. Computing it is stage 5 of the write
+// pipeline (DESIGN.md section 1): it runs once the strict parse (stage 3) has
+// accepted the arguments and the confirmation check (stage 4) has passed. The
+// idempotency stage (6) compares it with the digest recorded under the same
+// key, so that a retry of the same request replays the first answer while a
+// key reused for a different request is refused with IDEMPOTENCY_KEY_REUSED.
+// The same digest is stored in the idempotency record and in the audit event.
+//
+// The digest is the lowercase hex encoding of
+//
+//	SHA-256( "writerd-request-v1" 0x00 tool-name 0x00 JCS(arguments without idempotency_key) )
+//
+// where JCS is the JSON Canonicalization Scheme of RFC 8785 applied to the
+// arguments object after its top-level "idempotency_key" member is removed
+// (members of that name nested deeper are part of the request and stay).
+// Two calls whose arguments differ only in member order, whitespace or string
+// escapes therefore share a digest; any other difference changes it.
+//
+// Canonicalization is delegated to [jsontext.Value.Canonicalize] of
+// github.com/go-json-experiment/json; this package adds only the framing and
+// a refusal of numbers that overflow a double, which the library would
+// otherwise saturate to ±1.7976931348623157e+308.
+//
+// Caveats:
+//
+//   - JCS reads every number as an IEEE-754 double and formats it as
+//     ECMAScript 6 Number.prototype.toString does: 1e21 becomes 1e+21, 4.50
+//     becomes 4.5 and -0 becomes 0. Numbers that round to the same double
+//     share a digest; integers beyond ±(2^53−1) lose precision silently, e.g.
+//     9007199254740993 canonicalizes as 9007199254740992.
+//   - The package relies on the strict parse to have refused such integers,
+//     lone surrogates, invalid UTF-8 and duplicate member names. It still
+//     returns an error rather than panicking on any input that is not valid
+//     JSON (and, for [Request], not an object), but the strict parse is the
+//     place that decides what a request may contain.
+//   - The functions are pure: they read only their arguments and never modify them.
+package digest

@@ -1,0 +1,23 @@
+// Package idempotency keeps the idempotency records of writerd: for each
+// (principal, key) the digest of the request that spent the key, whether the
+// write completed or failed, the stored result or failure code, the audit
+// event id and an expiry.
+//
+// In the write path (DESIGN.md section 1, stage 6) the pipeline looks the key
+// up inside the same transaction that will run the handler, and writes the
+// record in that transaction too, so a crash leaves either no record or the
+// record together with its write and audit event.
+//
+// Match is the state machine: a live record with the same digest replays (or,
+// if the write failed, answers IDEMPOTENCY_KEY_FAILED); a different digest is
+// a reused key. An expired record is as good as none: the key is new again.
+//
+// Locks serialises calls that share a key inside one process, with a bounded
+// wait, so that an identical concurrent retry waits for the first call and
+// then replays its answer instead of running the handler twice.
+//
+// Caveats: Locks is in-process only. The bbolt store holds an exclusive file
+// lock, so no second process can share it; a shared backend (PostgreSQL) must
+// make Put fail on a live record of another writer, which the lookup inside
+// the write transaction then turns into a replay on the next try.
+package idempotency

@@ -1,0 +1,60 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrInUse is returned by Locks.Acquire when another call still holds the
+// key after the wait.
+var ErrInUse = errors.New("idempotency: key in use")
+
+// Locks serialises the calls of one process that share a principal and key.
+// The zero value is ready to use.
+type Locks struct {
+	mu   sync.Mutex
+	held map[string]chan struct{} // closed when released
+}
+
+// Acquire waits at most wait for principal's key to be free and takes it. It
+// returns ErrInUse after the wait, or ctx's error if ctx ends first. The
+// returned release must be called exactly once.
+func (l *Locks) Acquire(ctx context.Context, principal, key string, wait time.Duration) (release func(), err error) {
+	k := string(storageKey(principal, key))
+	var timer *time.Timer
+	for {
+		l.mu.Lock()
+		done, busy := l.held[k]
+		if !busy {
+			if l.held == nil {
+				l.held = make(map[string]chan struct{})
+			}
+			mine := make(chan struct{})
+			l.held[k] = mine
+			l.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+			return func() {
+				l.mu.Lock()
+				delete(l.held, k)
+				l.mu.Unlock()
+				close(mine)
+			}, nil
+		}
+		l.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		}
+		select {
+		case <-done:
+		case <-timer.C:
+			return nil, ErrInUse
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package pipeline
+
+import (
+	"context"
+	"strings"
+)
+
+// Scope is a permission a caller holds. Read tools need ScopeRead, write
+// tools ScopeWrite; ScopeAudit is for the audit API.
+type Scope uint8
+
+const (
+	ScopeRead Scope = 1 << iota
+	ScopeWrite
+	ScopeAudit
+
+	AllScopes = ScopeRead | ScopeWrite | ScopeAudit
+)
+
+// Has reports whether s includes all of want.
+func (s Scope) Has(want Scope) bool { return s&want == want }
+
+// Transports, as recorded in audit events and logs.
+const (
+	TransportStdio = "stdio"
+	TransportHTTP  = "http"
+	TransportAPI   = "api"
+	TransportGo    = "go"
+)
+
+// Caller is who makes a call and through what. Transports authenticate the
+// caller before the pipeline sees it.
+type Caller struct {
+	// Principal scopes idempotency keys: two principals never see each
+	// other's records.
+	Principal string
+	Scopes    Scope
+	Transport string
+}
+
+// ValidPrincipal reports whether name can be a principal: 1 to 128 bytes
+// of printable ASCII without spaces. Principals are stored in idempotency
+// keys and audit events, so they must be plain.
+func ValidPrincipal(name string) bool {
+	if name == "" || len(name) > 128 {
+		return false
+	}
+	return !strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r > '~' })
+}
+
+type requestIDKey struct{}
+
+// WithRequestID returns a context that carries a call's request id. Edges
+// set it once; Pipeline.Call makes one if the context has none.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// RequestID returns the request id ctx carries, or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}

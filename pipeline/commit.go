@@ -1,0 +1,193 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	validator "github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/idempotency"
+)
+
+// errSettled rolls back the write transaction of a call whose key already
+// has a live record: it wrote nothing, and is answered from the record.
+var errSettled = errors.New("pipeline: key already settled")
+
+// update is the one commit function: every write of the pipeline (a
+// successful call, a failure receipt, key collection) goes through it.
+func (p *Pipeline) update(ctx context.Context, fn func(Tx) error) error {
+	return p.cfg.Storage.Update(ctx, fn)
+}
+
+// write runs stages 6 to 8 for a write tool.
+func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest string, start time.Time) *Result {
+	reqID := RequestID(ctx)
+	key := in.(keyed).idempotencyKey()
+	release, err := p.locks.Acquire(ctx, c.Principal, key, p.cfg.KeyWait)
+	if err != nil {
+		if errors.Is(err, idempotency.ErrInUse) {
+			return &Result{RequestID: reqID, Outcome: OutcomeConflict,
+				Err: Errorf(KeyInUse, "Another call with this idempotency key is still running; send the same call again with the same key shortly.")}
+		}
+		return &Result{RequestID: reqID, Outcome: OutcomeError,
+			Err: Wrap(Unavailable, err, "The call was cancelled before it ran; send it again with the same key.")}
+	}
+	defer release()
+
+	op := &Op{Now: p.cfg.Now(), Caller: c}
+	ev := &auditlog.Event{
+		RequestID: reqID, Principal: c.Principal, Transport: c.Transport,
+		Tool: t.Name, IdempotencyKey: key, Digest: digest,
+	}
+	var rec *idempotency.Record
+	var out []byte
+	err = p.update(ctx, func(tx Tx) error {
+		var err error
+		if rec, err = p.cfg.Keys.Get(tx, c.Principal, key); err != nil {
+			return err
+		}
+		if rec.Match(digest, op.Now) != idempotency.Run {
+			return errSettled
+		}
+		op.Tx = tx
+		if out, err = p.dispatch(ctx, t, op, in); err != nil {
+			return err
+		}
+		p.finishEvent(ev, op, start, nil)
+		if err := p.cfg.Audit.Append(tx, ev); err != nil {
+			return err
+		}
+		return p.cfg.Keys.Put(tx, p.record(ev, op, idempotency.Completed, out, ""))
+	})
+	switch {
+	case err == nil:
+		return &Result{RequestID: reqID, Outcome: OutcomeOK, Output: out, AuditID: ev.ID}
+	case errors.Is(err, errSettled):
+		return p.settled(reqID, rec, digest, op.Now)
+	default:
+		return p.fail(ctx, ev, op, start, err)
+	}
+}
+
+// settled answers a call whose key has a live record: the replay or one of
+// the two conflicts. None of them writes anything.
+func (p *Pipeline) settled(reqID string, rec *idempotency.Record, digest string, now time.Time) *Result {
+	switch rec.Match(digest, now) {
+	case idempotency.Replay:
+		return &Result{RequestID: reqID, Outcome: OutcomeReplayed, Output: rec.Result, AuditID: rec.AuditID, Replayed: true}
+	case idempotency.Refail:
+		return &Result{RequestID: reqID, Outcome: OutcomeConflict, Err: Errorf(KeyFailed,
+			"This idempotency key was spent on an identical call that failed with %s; do what that error said and send the call with a new key.", rec.Code)}
+	default:
+		return &Result{RequestID: reqID, Outcome: OutcomeConflict, Err: Errorf(KeyReused,
+			"This idempotency key was already used for a different request; send this request with a new key.")}
+	}
+}
+
+// fail is the failure path of stage 8: the handler's changes are rolled
+// back; a failure receipt and exactly one audit event are committed instead.
+// If even those cannot be saved, the client gets the fixed INTERNAL error
+// (UNAVAILABLE if the store is closed) and the key stays unused.
+func (p *Pipeline) fail(ctx context.Context, ev *auditlog.Event, op *Op, start time.Time, cause error) *Result {
+	e := handlerError(cause)
+	p.finishEvent(ev, op, start, e)
+	err := p.update(ctx, func(tx Tx) error {
+		if err := p.cfg.Audit.Append(tx, ev); err != nil {
+			return err
+		}
+		return p.cfg.Keys.Put(tx, p.record(ev, op, idempotency.Failed, nil, e.Code))
+	})
+	if err != nil {
+		code := Internal
+		if e.Code == Unavailable && ErrorCode(err) == Unavailable {
+			code = Unavailable
+		}
+		lost := Wrap(code, fmt.Errorf("save failure receipt: %w (after: %w)", err, cause), InternalMessage)
+		if code == Unavailable {
+			lost.Message = e.Message
+		}
+		lost.Retry = RetrySameKey
+		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: lost}
+	}
+	recorded := *e
+	recorded.Retry = RetryNewKey // the key is spent on this failure
+	return &Result{RequestID: ev.RequestID, Outcome: outcomeOf(e), AuditID: ev.ID, Err: &recorded}
+}
+
+func (p *Pipeline) finishEvent(ev *auditlog.Event, op *Op, start time.Time, e *Error) {
+	ev.Time = op.Now.UTC()
+	ev.Targets = op.targets
+	ev.DurationMS = msSince(start)
+	ev.Outcome = auditlog.OK
+	if e != nil {
+		ev.Outcome, ev.Code, ev.Status = auditlog.Failed, string(e.Code), e.Status()
+	}
+}
+
+func (p *Pipeline) record(ev *auditlog.Event, op *Op, state idempotency.State, out []byte, code Code) *idempotency.Record {
+	return &idempotency.Record{
+		Principal: ev.Principal, Key: ev.IdempotencyKey, Tool: ev.Tool, Digest: ev.Digest,
+		State: state, Result: out, Code: string(code), AuditID: ev.ID,
+		CreatedAt: op.Now, ExpiresAt: op.Now.Add(p.cfg.KeyTTL),
+	}
+}
+
+// dispatch is stage 7 and the check of stage 9: it runs the handler,
+// recovers a panic, and checks the result against the output schema.
+func (p *Pipeline) dispatch(ctx context.Context, t *Tool, op *Op, in any) ([]byte, error) {
+	out, err := callSafely(func() (any, error) { return t.run(ctx, op, in) })
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode result: %w", err)
+	}
+	if err := checkOutput(t.output, b); err != nil {
+		return nil, fmt.Errorf("tool %s: result breaks its output schema: %w", t.Name, err)
+	}
+	return b, nil
+}
+
+func checkOutput(s *validator.Schema, b []byte) error {
+	v, err := validator.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	return s.Validate(v)
+}
+
+// callSafely turns a panic in fn into an error carrying the panic value and
+// stack, for the logs.
+func callSafely(fn func() (any, error)) (v any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return fn()
+}
+
+// handlerError is what a client may see of an error from a handler or the
+// store: a domain refusal or UNAVAILABLE as it is, anything else INTERNAL.
+func handlerError(err error) *Error {
+	e := Public(err)
+	if catalogue[e.Code].domain || e.Code == Unavailable || e.Code == Internal {
+		return e
+	}
+	// A handler may not answer with the pipeline's own codes.
+	return Wrap(Internal, fmt.Errorf("handler returned %s: %w", e.Code, err), InternalMessage)
+}
+
+func outcomeOf(e *Error) Outcome {
+	if catalogue[e.Code].domain {
+		return OutcomeRefused
+	}
+	return OutcomeError
+}

@@ -1,0 +1,239 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/invopop/jsonschema"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb"
+)
+
+// The test tools write notes into a bucket of their own: enough of a domain
+// to show what the pipeline commits and what it rolls back.
+var notesBucket = []byte("notes")
+
+type noteIn struct {
+	pipeline.Key
+	Text   string            `json:"text" jsonschema:"minLength=1,maxLength=50"`
+	Count  *int              `json:"count,omitempty" jsonschema:"minimum=0,maximum=1000"`
+	Tags   []string          `json:"tags,omitempty" jsonschema:"maxItems=3,maxLength=10"`
+	Fail   string            `json:"fail,omitempty" jsonschema:"enum=,enum=conflict,enum=error,enum=panic,enum=nil-result,enum=slow"`
+	Meta   meta              `json:"meta,omitempty"`
+}
+
+// meta is an open object: its bounds come from JSONSchemaExtend.
+type meta map[string]string
+
+func (meta) JSONSchemaExtend(s *jsonschema.Schema) {
+	four, ten := uint64(4), uint64(10)
+	s.MaxProperties = &four
+	s.AdditionalProperties.MaxLength = &ten
+	s.PropertyNames = &jsonschema.Schema{Type: "string", MaxLength: &ten, Pattern: "^[a-z]+$"}
+}
+
+type noteOut struct {
+	Note struct {
+		ID   string `json:"id"`
+		Text string `json:"text"`
+	} `json:"note"`
+}
+
+type deleteIn struct {
+	pipeline.Key
+	pipeline.Confirm
+	ID string `json:"id" jsonschema:"maxLength=26"`
+}
+
+type getIn struct {
+	ID string `json:"id" jsonschema:"maxLength=26"`
+}
+
+func testTools() []*pipeline.Tool {
+	return []*pipeline.Tool{
+		pipeline.MustDefine(pipeline.Spec[noteIn, noteOut]{
+			Name: "put_note", Description: "Stores a note.",
+			Run: func(_ context.Context, op *pipeline.Op, in *noteIn) (*noteOut, error) {
+				out := &noteOut{}
+				out.Note.ID, out.Note.Text = op.NewID(), in.Text
+				if err := op.Tx.(*bolt.Tx).Bucket(notesBucket).Put([]byte(out.Note.ID), []byte(in.Text)); err != nil {
+					return nil, err
+				}
+				op.Touch("note", out.Note.ID, 1)
+				switch in.Fail {
+				case "conflict":
+					return nil, pipeline.Errorf(pipeline.RevisionConflict, "Argument /text conflicts.")
+				case "error":
+					return nil, errors.New("disk said secret-cause-marker")
+				case "panic":
+					panic("secret-panic-marker")
+				case "nil-result":
+					return nil, nil
+				case "slow":
+					time.Sleep(time.Second)
+				}
+				return out, nil
+			},
+		}),
+		pipeline.MustDefine(pipeline.Spec[deleteIn, noteOut]{
+			Name: "delete_note", Description: "Deletes a note.", Destructive: true,
+			Preview: func(_ context.Context, op *pipeline.Op, in *deleteIn) (any, error) {
+				if op.Tx.(*bolt.Tx).Bucket(notesBucket).Get([]byte(in.ID)) == nil {
+					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
+				}
+				return map[string]string{"deletes": "one note"}, nil
+			},
+			Run: func(_ context.Context, op *pipeline.Op, in *deleteIn) (*noteOut, error) {
+				out := &noteOut{}
+				out.Note.ID = in.ID
+				return out, op.Tx.(*bolt.Tx).Bucket(notesBucket).Delete([]byte(in.ID))
+			},
+		}),
+		pipeline.MustDefine(pipeline.Spec[getIn, noteOut]{
+			Name: "get_note", Description: "Reads a note.", ReadOnly: true,
+			Run: func(_ context.Context, op *pipeline.Op, in *getIn) (*noteOut, error) {
+				v := op.Tx.(*bolt.Tx).Bucket(notesBucket).Get([]byte(in.ID))
+				if v == nil {
+					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
+				}
+				out := &noteOut{}
+				out.Note.ID, out.Note.Text = in.ID, string(v)
+				return out, nil
+			},
+		}),
+	}
+}
+
+// env is a pipeline on a real bbolt file in a temporary directory.
+type env struct {
+	t   testing.TB
+	db  *boltdb.DB
+	p   *pipeline.Pipeline
+	now time.Time
+
+	closed bool // the test closed the database: skip the final check
+}
+
+var alice = pipeline.Caller{Principal: "alice", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}
+
+// MustEnv opens a fresh database with the test tools registered, and checks
+// the database's invariants when the test ends.
+func MustEnv(t testing.TB, audit func(pipeline.Audit) pipeline.Audit) *env {
+	return MustEnvWait(t, audit, 2*time.Second)
+}
+
+// MustEnvWait is MustEnv with the given wait for a key in use.
+func MustEnvWait(t testing.TB, audit func(pipeline.Audit) pipeline.Audit, keyWait time.Duration) *env {
+	t.Helper()
+	db, err := boltdb.Open(filepath.Join(t.TempDir(), "data"), func(tx any) error {
+		_, err := tx.(*bolt.Tx).CreateBucketIfNotExists(notesBucket)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, db: db, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	var a pipeline.Audit = auditlog.Bolt{}
+	if audit != nil {
+		a = audit(a)
+	}
+	e.p = pipeline.New(pipeline.Config{
+		Storage: db, Keys: idempotency.Bolt{}, Audit: a,
+		KeyWait: keyWait,
+		Now:     func() time.Time { return e.now },
+	})
+	if err := e.p.Register(testTools()...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if e.closed {
+			return
+		}
+		e.mustBeConsistent()
+		db.Close()
+	})
+	return e
+}
+
+func (e *env) call(c pipeline.Caller, tool, args string) *pipeline.Result {
+	e.t.Helper()
+	return e.p.Call(context.Background(), c, tool, []byte(args))
+}
+
+// notes returns how many notes the store holds.
+func (e *env) notes() int {
+	e.t.Helper()
+	var n int
+	e.view(func(tx *bolt.Tx) error {
+		n = tx.Bucket(notesBucket).Stats().KeyN
+		return nil
+	})
+	return n
+}
+
+// events returns every audit event.
+func (e *env) events() []*auditlog.Event {
+	e.t.Helper()
+	var evs []*auditlog.Event
+	e.view(func(tx *bolt.Tx) error {
+		return auditlog.Bolt{}.ForEach(tx, func(ev *auditlog.Event) error {
+			evs = append(evs, ev)
+			return nil
+		})
+	})
+	return evs
+}
+
+func (e *env) record(principal, key string) *idempotency.Record {
+	e.t.Helper()
+	var r *idempotency.Record
+	e.view(func(tx *bolt.Tx) error {
+		var err error
+		r, err = idempotency.Bolt{}.Get(tx, principal, key)
+		return err
+	})
+	return r
+}
+
+func (e *env) view(fn func(*bolt.Tx) error) {
+	e.t.Helper()
+	if err := e.db.Bolt().View(fn); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// mustBeConsistent checks the invariants after every test: sequence numbers
+// dense from 1, every idempotency record pointing at an audit event with its
+// digest, every event's key holding a record.
+func (e *env) mustBeConsistent() {
+	e.t.Helper()
+	evs := e.events()
+	byID := map[string]*auditlog.Event{}
+	for i, ev := range evs {
+		if ev.Seq != uint64(i+1) {
+			e.t.Errorf("audit event %d has seq %d, want %d", i, ev.Seq, i+1)
+		}
+		byID[ev.ID] = ev
+	}
+	e.view(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("idempotency")).ForEach(func(k, v []byte) error {
+			var r idempotency.Record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			ev := byID[r.AuditID]
+			if ev == nil || ev.Digest != r.Digest || ev.IdempotencyKey != r.Key {
+				e.t.Errorf("idempotency record %s/%s has no matching audit event", r.Principal, r.Key)
+			}
+			return nil
+		})
+	})
+}

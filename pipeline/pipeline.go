@@ -1,0 +1,229 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/writerd/writerd/digest"
+	"github.com/writerd/writerd/idempotency"
+)
+
+// Config wires a Pipeline to its storage. Storage, Keys and Audit must be of
+// one backend: they share its transactions.
+type Config struct {
+	Storage Storage
+	Keys    Keys
+	Audit   Audit
+
+	Limits Limits // zero: DefaultLimits
+	// KeyTTL is how long an idempotency record holds its key (default 24h).
+	KeyTTL time.Duration
+	// KeyWait bounds how long a call waits for a concurrent call with the
+	// same key before it answers IDEMPOTENCY_KEY_IN_USE (default 5s).
+	KeyWait time.Duration
+	// CollectEvery is how often Run collects expired records (default 1m).
+	CollectEvery time.Duration
+
+	Logger *slog.Logger     // default: discard
+	Now    func() time.Time // default: time.Now
+}
+
+// Defaults published in the README.
+const (
+	DefaultKeyTTL       = 24 * time.Hour
+	DefaultKeyWait      = 5 * time.Second
+	DefaultCollectEvery = time.Minute
+	collectStep         = 1000 // records examined per collection transaction
+)
+
+// Pipeline runs every call through the stages of DESIGN.md section 1. It is
+// safe for concurrent use.
+type Pipeline struct {
+	cfg   Config
+	log   *slog.Logger
+	locks idempotency.Locks
+
+	mu    sync.RWMutex
+	tools map[string]*Tool
+}
+
+// New returns a Pipeline with no tools registered.
+func New(cfg Config) *Pipeline {
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if cfg.KeyTTL <= 0 {
+		cfg.KeyTTL = DefaultKeyTTL
+	}
+	if cfg.KeyWait <= 0 {
+		cfg.KeyWait = DefaultKeyWait
+	}
+	if cfg.CollectEvery <= 0 {
+		cfg.CollectEvery = DefaultCollectEvery
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Pipeline{cfg: cfg, log: cfg.Logger, tools: make(map[string]*Tool)}
+}
+
+// Register adds tools. A name may be registered once.
+func (p *Pipeline) Register(ts ...*Tool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, t := range ts {
+		if _, dup := p.tools[t.Name]; dup {
+			return fmt.Errorf("pipeline: tool %s registered twice", t.Name)
+		}
+		p.tools[t.Name] = t
+	}
+	return nil
+}
+
+// Tools returns the registered tools sorted by name.
+func (p *Pipeline) Tools() []*Tool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	ts := make([]*Tool, 0, len(p.tools))
+	for _, t := range p.tools {
+		ts = append(ts, t)
+	}
+	sortTools(ts)
+	return ts
+}
+
+// Call is the one path to a handler. Every transport, and any Go program
+// embedding the pipeline, calls it with a tool name and the raw argument
+// bytes; it never returns nil.
+func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte) (res *Result) {
+	start := time.Now()
+	if RequestID(ctx) == "" {
+		ctx = WithRequestID(ctx, ulid.Make().String())
+	}
+	log := p.log.With("request_id", RequestID(ctx), "principal", c.Principal, "tool", tool, "transport", c.Transport)
+	defer func() { p.logResult(log, res, start) }()
+
+	t, err := p.authorize(c, tool)
+	if err != nil {
+		return p.reject(ctx, err)
+	}
+	in, err := t.parse(args, p.cfg.Limits) // stages 2 and 3
+	if err != nil {
+		return p.reject(ctx, err)
+	}
+	if t.ReadOnly {
+		return p.read(ctx, c, t, in)
+	}
+	if err := p.confirm(ctx, c, t, in); err != nil {
+		return p.reject(ctx, err)
+	}
+	d, err := digest.Request(tool, args)
+	if err != nil {
+		return p.reject(ctx, Wrap(Internal, err, InternalMessage))
+	}
+	// Idempotency, the handler and the audit event, through the one commit
+	// path; a failed handler's changes roll back and its receipt and audit
+	// event are committed instead.
+	return p.write(ctx, c, t, in, d, start)
+}
+
+// authorize is stage 1.
+func (p *Pipeline) authorize(c Caller, name string) (*Tool, error) {
+	p.mu.RLock()
+	t, ok := p.tools[name]
+	p.mu.RUnlock()
+	if !ok {
+		return nil, Errorf(NotFound, "There is no tool of this name.")
+	}
+	need := ScopeWrite
+	if t.ReadOnly {
+		need = ScopeRead
+	}
+	if !c.Scopes.Has(need) {
+		return nil, Errorf(PermissionDenied, "The caller's scopes do not allow this tool.")
+	}
+	return t, nil
+}
+
+// confirm is stage 4: an unconfirmed destructive call answers with a
+// preview of what it would do, read in a read-only transaction.
+func (p *Pipeline) confirm(ctx context.Context, c Caller, t *Tool, in any) error {
+	if !t.Destructive || in.(confirmable).confirmed() {
+		return nil
+	}
+	op := &Op{Now: p.cfg.Now(), Caller: c}
+	var preview any
+	err := p.cfg.Storage.View(ctx, func(tx Tx) error {
+		op.Tx = tx
+		var err error
+		preview, err = callSafely(func() (any, error) { return t.preview(ctx, op, in) })
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	e := Errorf(ConfirmationRequired, `This call deletes data: send the same call again with "confirm": true and the same idempotency key to carry it out.`)
+	e.Preview = preview
+	return e
+}
+
+// read runs a read tool: no key, no audit event, a read-only transaction.
+func (p *Pipeline) read(ctx context.Context, c Caller, t *Tool, in any) *Result {
+	op := &Op{Now: p.cfg.Now(), Caller: c}
+	var out []byte
+	err := p.cfg.Storage.View(ctx, func(tx Tx) error {
+		op.Tx = tx
+		var err error
+		out, err = p.dispatch(ctx, t, op, in)
+		return err
+	})
+	if err != nil {
+		e := handlerError(err)
+		return &Result{RequestID: RequestID(ctx), Outcome: outcomeOf(e), Err: e}
+	}
+	return &Result{RequestID: RequestID(ctx), Outcome: OutcomeOK, Output: out}
+}
+
+func (p *Pipeline) reject(ctx context.Context, err error) *Result {
+	e := Public(err)
+	o := OutcomeRejected
+	if e.Code == Internal || e.Code == Unavailable {
+		o = OutcomeError
+	}
+	return &Result{RequestID: RequestID(ctx), Outcome: o, Err: e}
+}
+
+// logResult writes the one log line of a call, with the private cause of an
+// error. Argument values are never logged.
+func (p *Pipeline) logResult(log *slog.Logger, res *Result, start time.Time) {
+	attrs := []any{"outcome", res.Outcome, "duration_ms", msSince(start)}
+	if res.AuditID != "" {
+		attrs = append(attrs, "audit_id", res.AuditID)
+	}
+	if res.Err == nil {
+		log.Info("call", attrs...)
+		return
+	}
+	attrs = append(attrs, "code", res.Err.Code)
+	if res.Outcome == OutcomeError {
+		if res.Err.Err != nil {
+			attrs = append(attrs, "cause", res.Err.Err.Error())
+		}
+		log.Error("call", attrs...)
+		return
+	}
+	log.Info("call", attrs...)
+}
+
+func msSince(start time.Time) float64 {
+	return float64(time.Since(start).Microseconds()) / 1000
+}

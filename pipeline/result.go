@@ -1,0 +1,49 @@
+package pipeline
+
+import "encoding/json"
+
+// Outcome is how a call ended; every call ends in exactly one
+// (DESIGN.md section 9).
+type Outcome string
+
+const (
+	OutcomeOK       Outcome = "ok"       // the handler ran and its write or read succeeded
+	OutcomeReplayed Outcome = "replayed" // an identical retry, answered from the record
+	OutcomeRejected Outcome = "rejected" // stages 1–4: nothing ran, nothing was written
+	OutcomeRefused  Outcome = "refused"  // the handler refused with a domain code
+	OutcomeConflict Outcome = "conflict" // the idempotency key forbade the call
+	OutcomeError    Outcome = "error"    // UNAVAILABLE or INTERNAL
+)
+
+// Result is the answer to one call, for a transport to render.
+type Result struct {
+	RequestID string
+	Outcome   Outcome
+	// Output is the structured result on success, as JSON; a replay carries
+	// the stored bytes of the first answer.
+	Output []byte
+	// AuditID is the id of the call's audit event (the first call's, on a
+	// replay); empty when the call wrote none.
+	AuditID  string
+	Replayed bool
+	// Err is set on failure: the public error, safe to show.
+	Err *Error
+}
+
+// ErrorJSON renders r.Err as the error envelope of DESIGN.md section 3:
+// {"error":{"code","message","status","retry","request_id"[,"preview"]}}.
+func (r *Result) ErrorJSON() []byte {
+	e := r.Err
+	b, err := json.Marshal(envelope{Error: envelopeBody{
+		Code: e.Code, Message: e.Message, Status: e.Status(),
+		Retry: e.Retry, RequestID: r.RequestID, Preview: e.Preview,
+	}})
+	if err != nil {
+		// Only a preview could fail to marshal; answer without it.
+		b, _ = json.Marshal(envelope{Error: envelopeBody{
+			Code: Internal, Message: InternalMessage, Status: Internal.Status(),
+			Retry: RetrySameKey, RequestID: r.RequestID,
+		}})
+	}
+	return b
+}

@@ -1,0 +1,48 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/idempotency"
+)
+
+// Tx is one storage transaction. Its concrete type belongs to the backend
+// (*bbolt.Tx for the embedded default): the storage, key store, audit log
+// and domain store of one backend agree on it, and the pipeline only passes
+// it along. It is an alias so that stores in packages below the pipeline can
+// name the same type without importing it.
+type Tx = any
+
+// Storage runs transactions. Every write of the pipeline goes through its
+// Update, from one place (Pipeline.update), so that group commit can replace
+// it without touching callers.
+type Storage interface {
+	// Update runs fn in one read-write transaction and commits it durably
+	// (fsync) if fn returns nil. If fn returns an error, everything fn wrote
+	// is rolled back and Update returns that error. It returns UNAVAILABLE
+	// when the store is closed.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// View runs fn in a read-only transaction. It returns UNAVAILABLE when
+	// the store is closed.
+	View(ctx context.Context, fn func(Tx) error) error
+}
+
+// Keys stores idempotency records (DESIGN.md section 5).
+type Keys interface {
+	// Get returns the record of principal's key, expired or not, or nil.
+	Get(tx Tx, principal, key string) (*idempotency.Record, error)
+	// Put stores a record, replacing an expired one of the same key.
+	Put(tx Tx, r *idempotency.Record) error
+	// Collect deletes expired records in one bounded step; see
+	// idempotency.Bolt.Collect.
+	Collect(tx Tx, now time.Time, from []byte, limit int) (next []byte, deleted int, err error)
+}
+
+// Audit appends audit events (DESIGN.md section 7).
+type Audit interface {
+	// Append assigns the event its sequence number and id and stores it as
+	// part of tx.
+	Append(tx Tx, e *auditlog.Event) error
+}

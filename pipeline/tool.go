@@ -1,0 +1,290 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/invopop/jsonschema"
+	"github.com/oklog/ulid/v2"
+	validator "github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/writerd/writerd/auditlog"
+)
+
+// Key is embedded in the input type of every write tool: the idempotency
+// key of DESIGN.md section 5.
+type Key struct {
+	IdempotencyKey string `json:"idempotency_key" jsonschema:"minLength=8,maxLength=128,pattern=^[A-Za-z0-9._:-]+$" jsonschema_description:"Chosen by the caller for this write; send the same key to retry it safely."`
+}
+
+func (k *Key) idempotencyKey() string { return k.IdempotencyKey }
+
+type keyed interface{ idempotencyKey() string }
+
+// Confirm is embedded in the input type of every destructive tool: without
+// "confirm": true the call answers CONFIRMATION_REQUIRED with a preview.
+type Confirm struct {
+	Confirm bool `json:"confirm,omitempty" jsonschema_description:"Must be true to carry out the deletion; without it the call only previews it."`
+}
+
+func (c *Confirm) confirmed() bool { return c.Confirm }
+
+type confirmable interface{ confirmed() bool }
+
+// Spec describes a tool: its name, its kind and its handler. In and Out are
+// the Go types its input and output schemas are generated from; the input
+// schema is the one the strict parse enforces and tools/list advertises.
+type Spec[In, Out any] struct {
+	Name        string
+	Title       string
+	Description string
+	// ReadOnly tools run in a read transaction, take no idempotency key and
+	// write no audit event. Every other tool is a write tool: In must embed
+	// Key.
+	ReadOnly bool
+	// Destructive write tools must embed Confirm in In, and have a Preview.
+	Destructive bool
+	// Run is the handler. It returns the result, or an *Error with one of
+	// the codes a handler may return (NOT_FOUND, REVISION_CONFLICT,
+	// ALREADY_EXISTS, RECORD_LOCKED, PROJECT_NOT_EMPTY); any other error,
+	// and any panic, becomes INTERNAL. Its changes through op.Tx commit only
+	// if it succeeds.
+	Run func(ctx context.Context, op *Op, in *In) (*Out, error)
+	// Preview describes what an unconfirmed destructive call would do. It
+	// runs in a read transaction.
+	Preview func(ctx context.Context, op *Op, in *In) (any, error)
+}
+
+// Tool is a defined tool, ready to register.
+type Tool struct {
+	Name        string
+	Title       string
+	Description string
+	ReadOnly    bool
+	Destructive bool
+	// InputSchema and OutputSchema are the JSON Schemas (draft 2020-12)
+	// generated from the Go types: the advertised ones are the enforced ones.
+	InputSchema  json.RawMessage
+	OutputSchema json.RawMessage
+
+	input, output *validator.Schema
+	names         map[string]bool // every member name the input schema defines
+	newInput      func() any
+	run           func(ctx context.Context, op *Op, in any) (any, error)
+	preview       func(ctx context.Context, op *Op, in any) (any, error)
+}
+
+// Define builds a Tool from a Spec: it generates and compiles the schemas and
+// checks that the types fit the tool's kind. It returns an error for a spec
+// that could let unbounded or unparsed input through.
+func Define[In, Out any](s Spec[In, Out]) (*Tool, error) {
+	if s.Name == "" || s.Run == nil {
+		return nil, fmt.Errorf("pipeline: tool %q: a name and a Run are required", s.Name)
+	}
+	_, isKeyed := any(new(In)).(keyed)
+	_, isConfirmable := any(new(In)).(confirmable)
+	switch {
+	case s.ReadOnly && isKeyed:
+		return nil, fmt.Errorf("pipeline: tool %s: a read tool takes no idempotency key", s.Name)
+	case !s.ReadOnly && !isKeyed:
+		return nil, fmt.Errorf("pipeline: tool %s: a write tool's input must embed pipeline.Key", s.Name)
+	case s.Destructive && (s.ReadOnly || !isConfirmable || s.Preview == nil):
+		return nil, fmt.Errorf("pipeline: tool %s: a destructive tool is a write tool that embeds pipeline.Confirm and has a Preview", s.Name)
+	}
+	t := &Tool{
+		Name: s.Name, Title: s.Title, Description: s.Description,
+		ReadOnly: s.ReadOnly, Destructive: s.Destructive,
+		newInput: func() any { return new(In) },
+		run: func(ctx context.Context, op *Op, in any) (any, error) {
+			out, err := s.Run(ctx, op, in.(*In))
+			if err != nil {
+				return nil, err
+			}
+			if out == nil {
+				return nil, fmt.Errorf("pipeline: tool %s returned no result", s.Name)
+			}
+			return out, nil
+		},
+	}
+	if s.Preview != nil {
+		t.preview = func(ctx context.Context, op *Op, in any) (any, error) { return s.Preview(ctx, op, in.(*In)) }
+	}
+	var err error
+	if t.InputSchema, t.input, err = schemaFor[In](s.Name + ".input.json"); err != nil {
+		return nil, fmt.Errorf("pipeline: tool %s: input schema: %w", s.Name, err)
+	}
+	if t.OutputSchema, t.output, err = schemaFor[Out](s.Name + ".output.json"); err != nil {
+		return nil, fmt.Errorf("pipeline: tool %s: output schema: %w", s.Name, err)
+	}
+	var tree map[string]any
+	if err := json.Unmarshal(t.InputSchema, &tree); err != nil {
+		return nil, err
+	}
+	if err := checkBounded("", tree); err != nil {
+		return nil, fmt.Errorf("pipeline: tool %s: %w", s.Name, err)
+	}
+	t.names = make(map[string]bool)
+	collectNames(tree, t.names)
+	return t, nil
+}
+
+// MustDefine is Define for tools defined at start-up: it panics on error.
+func MustDefine[In, Out any](s Spec[In, Out]) *Tool {
+	t, err := Define(s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// reflector generates closed schemas: no unknown members, no $refs, so that
+// the schema a client reads is self-contained.
+var reflector = jsonschema.Reflector{
+	DoNotReference: true,
+	ExpandedStruct: true,
+	Anonymous:      true,
+}
+
+func schemaFor[T any](name string) (json.RawMessage, *validator.Schema, error) {
+	s := reflector.ReflectFromType(reflect.TypeFor[T]())
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	doc, err := validator.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, nil, err
+	}
+	c := validator.NewCompiler()
+	if err := c.AddResource(name, doc); err != nil {
+		return nil, nil, err
+	}
+	compiled, err := c.Compile(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return raw, compiled, nil
+}
+
+// checkBounded refuses a schema in which a string, array or open object has
+// no upper bound: the limits of stage 2 come from the schema.
+func checkBounded(at string, s map[string]any) error {
+	switch s["type"] {
+	case "string":
+		if _, ok := s["maxLength"]; !ok {
+			if _, ok := s["enum"]; !ok {
+				return fmt.Errorf("string %s has no maxLength", at)
+			}
+		}
+	case "array":
+		if _, ok := s["maxItems"]; !ok {
+			return fmt.Errorf("array %s has no maxItems", at)
+		}
+	case "object":
+		if ap, ok := s["additionalProperties"]; !ok || ap != false {
+			if _, ok := s["maxProperties"]; !ok {
+				return fmt.Errorf("open object %s has no maxProperties", at)
+			}
+		}
+	}
+	for _, kw := range []string{"items", "additionalProperties", "propertyNames"} {
+		if sub, ok := s[kw].(map[string]any); ok {
+			if err := checkBounded(at+"/"+kw, sub); err != nil {
+				return err
+			}
+		}
+	}
+	for _, kw := range []string{"anyOf", "oneOf", "allOf"} {
+		subs, _ := s[kw].([]any)
+		for i, sub := range subs {
+			if m, ok := sub.(map[string]any); ok {
+				if err := checkBounded(fmt.Sprintf("%s/%s/%d", at, kw, i), m); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if props, ok := s["properties"].(map[string]any); ok {
+		for name, sub := range props {
+			if m, ok := sub.(map[string]any); ok {
+				if err := checkBounded(at+"/"+name, m); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// collectNames gathers every member name the schema defines. Error pointers
+// keep only such names (and array indices), so that a member name the caller
+// made up is never echoed back.
+func collectNames(s map[string]any, into map[string]bool) {
+	for k, v := range s {
+		m, isMap := v.(map[string]any)
+		if k == "properties" && isMap {
+			for name, sub := range m {
+				into[name] = true
+				if sm, ok := sub.(map[string]any); ok {
+					collectNames(sm, into)
+				}
+			}
+			continue
+		}
+		if isMap {
+			collectNames(m, into)
+		}
+		if list, ok := v.([]any); ok {
+			for _, item := range list {
+				if sm, ok := item.(map[string]any); ok {
+					collectNames(sm, into)
+				}
+			}
+		}
+	}
+}
+
+// decode unmarshals checked arguments into the tool's input type. The
+// strict parse has already enforced the schema; decoding is strict too, so
+// that the Go value can hold nothing the schema did not allow.
+func (t *Tool) decode(args []byte) (any, error) {
+	in := t.newInput()
+	if err := jsonv2.Unmarshal(args, in, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// Tools returns the names of tools sorted, for stable listings.
+func sortTools(ts []*Tool) {
+	slices.SortFunc(ts, func(a, b *Tool) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// Op is what a handler works with: the transaction its change joins, the
+// time of the call and who made it. One Op serves one call.
+type Op struct {
+	Tx     Tx
+	Now    time.Time
+	Caller Caller
+
+	targets []auditlog.Target
+}
+
+// NewID returns a new ULID for an entity the handler creates.
+func (op *Op) NewID() string {
+	return ulid.MustNew(ulid.Timestamp(op.Now), ulid.DefaultEntropy()).String()
+}
+
+// Touch records an entity the write touched, for its audit event. Handlers
+// call it for each entity they create, change or delete, and for the entity
+// a refusal is about.
+func (op *Op) Touch(kind, id string, revision int64) {
+	op.targets = append(op.targets, auditlog.Target{Kind: kind, ID: id, Revision: revision})
+}
