@@ -23,11 +23,11 @@ var notesBucket = []byte("notes")
 
 type noteIn struct {
 	pipeline.Key
-	Text   string            `json:"text" jsonschema:"minLength=1,maxLength=50"`
-	Count  *int              `json:"count,omitempty" jsonschema:"minimum=0,maximum=1000"`
-	Tags   []string          `json:"tags,omitempty" jsonschema:"maxItems=3,maxLength=10"`
-	Fail   string            `json:"fail,omitempty" jsonschema:"enum=,enum=conflict,enum=error,enum=panic,enum=nil-result,enum=slow"`
-	Meta   meta              `json:"meta,omitempty"`
+	Text  string   `json:"text" jsonschema:"minLength=1,maxLength=50"`
+	Count *int     `json:"count,omitempty" jsonschema:"minimum=0,maximum=1000"`
+	Tags  []string `json:"tags,omitempty" jsonschema:"maxItems=3,maxLength=10"`
+	Fail  string   `json:"fail,omitempty" jsonschema:"enum=,enum=conflict,enum=error,enum=panic,enum=nil-result,enum=slow"`
+	Meta  meta     `json:"meta,omitempty"`
 }
 
 // meta is an open object: its bounds come from JSONSchemaExtend.

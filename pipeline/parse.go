@@ -15,6 +15,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	validator "github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+
+	"github.com/writerd/writerd/digest"
 )
 
 // Limits bound the arguments of a call before any work grows with them
@@ -32,31 +34,37 @@ var DefaultLimits = Limits{MaxBytes: 128 << 10, MaxDepth: 16}
 const maxSafeInteger = 1<<53 - 1
 
 // parse runs stages 2 and 3: the limits, then the strict parse against the
-// tool's schema, then the decoding into the tool's input type. Every error
-// is an *Error whose message names the argument by JSON Pointer and the rule
-// it broke, and never a value the caller sent.
-func (t *Tool) parse(args []byte, lim Limits) (any, error) {
+// tool's schema, then the decoding into the tool's input type. It returns
+// the input and the arguments in canonical form (RFC 8785), from which the
+// input was decoded and the request digest is computed: JSON Schema counts
+// 1.0 and 1e2 as integers, and canonical form writes them as Go decodes
+// integers. Every error is an *Error whose message names the argument by
+// JSON Pointer and the rule it broke, and never a value the caller sent.
+func (t *Tool) parse(args []byte, lim Limits) (in any, canonical []byte, err error) {
 	if len(args) > lim.MaxBytes {
-		return nil, Errorf(InputTooLarge, "The arguments are larger than %d bytes.", lim.MaxBytes)
+		return nil, nil, Errorf(InputTooLarge, "The arguments are larger than %d bytes.", lim.MaxBytes)
 	}
 	tree, err := t.scan(args, lim)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := t.input.Validate(tree); err != nil {
 		var ve *validator.ValidationError
 		if !errors.As(err, &ve) {
-			return nil, Wrap(Internal, err, InternalMessage)
+			return nil, nil, Wrap(Internal, err, InternalMessage)
 		}
-		return nil, t.schemaError(ve)
+		return nil, nil, t.schemaError(ve)
 	}
-	in, err := t.decode(args)
-	if err != nil {
-		// The schema and the Go type come from the same declaration; a
-		// disagreement is a bug of ours, not the caller's.
-		return nil, Wrap(Internal, fmt.Errorf("decode checked arguments: %w", err), InternalMessage)
+	// The scan has refused everything canonicalization could fail on or
+	// change the meaning of; an error here, like one from decode, is a bug
+	// of ours, not the caller's.
+	if canonical, err = digest.Canonical(args); err != nil {
+		return nil, nil, Wrap(Internal, fmt.Errorf("canonicalize checked arguments: %w", err), InternalMessage)
 	}
-	return in, nil
+	if in, err = t.decode(canonical); err != nil {
+		return nil, nil, Wrap(Internal, fmt.Errorf("decode checked arguments: %w", err), InternalMessage)
+	}
+	return in, canonical, nil
 }
 
 // scan reads the arguments token by token and builds the tree the schema

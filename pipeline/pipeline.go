@@ -116,7 +116,7 @@ func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte)
 	if err != nil {
 		return p.reject(ctx, err)
 	}
-	in, err := t.parse(args, p.cfg.Limits) // stages 2 and 3
+	in, canonical, err := t.parse(args, p.cfg.Limits) // stages 2 and 3
 	if err != nil {
 		return p.reject(ctx, err)
 	}
@@ -126,7 +126,7 @@ func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte)
 	if err := p.confirm(ctx, c, t, in); err != nil {
 		return p.reject(ctx, err)
 	}
-	d, err := digest.Request(tool, args)
+	d, err := digest.Request(tool, canonical)
 	if err != nil {
 		return p.reject(ctx, Wrap(Internal, err, InternalMessage))
 	}

@@ -39,7 +39,7 @@ func TestCall_ReplaySameKey(t *testing.T) {
 	first := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a","count":1}`)
 	mustOK(t, first)
 	// Member order, whitespace and escapes do not change the request.
-	again := e.call(alice, "put_note", "{ \"count\" : 1, \"text\":\"\\u0061\", \"idempotency_key\":\"k-00000001\" }")
+	again := e.call(alice, "put_note", "{ \"count\" : 1.0, \"text\":\"\\u0061\", \"idempotency_key\":\"k-00000001\" }")
 	mustOK(t, again)
 	if !again.Replayed || again.Outcome != pipeline.OutcomeReplayed {
 		t.Fatalf("retry not replayed: %+v", again)

@@ -1,0 +1,40 @@
+// Package pipeline is the one path from a tool call to a handler: the stages
+// of DESIGN.md section 1, the tool registry, the error type with its
+// catalogue of codes, and the outcome of every call.
+//
+// Every transport (MCP over stdio or HTTP, the HTTP API) and every Go
+// program that embeds writerd calls Pipeline.Call with a tool name and the
+// raw argument bytes. Call reads top to bottom:
+//
+//	authorize    the caller's scopes allow the tool          PERMISSION_DENIED
+//	parse        limits, then the strict schema parse        INPUT_TOO_LARGE, INVALID_INPUT
+//	confirm      destructive tools need "confirm": true      CONFIRMATION_REQUIRED + preview
+//	digest       the canonical request digest (package digest)
+//	write        idempotency, dispatch and commit, in one transaction
+//
+// The strict parse enforces the same JSON Schema that tools/list
+// advertises, generated from the tool's Go input type by invopop/jsonschema
+// and compiled by santhosh-tekuri/jsonschema; the token scan before it
+// enforces what a schema cannot express (duplicate members, invalid UTF-8,
+// lone surrogates, nesting depth, integers beyond ±(2^53−1), trailing data).
+// Messages name the argument by JSON Pointer and the rule it broke, never a
+// value the caller sent; a pointer stops before any member name the schema
+// does not define, since such a name is the caller's text too.
+//
+// Writes commit through one function, Pipeline.update, so that group commit
+// can replace it. A successful write commits the handler's change, its
+// idempotency record and its audit event in one transaction. A failed write
+// rolls the handler's change back and commits a failure receipt and one
+// audit event in a second transaction; if that fails too, the client gets
+// the fixed INTERNAL error and the key stays unused.
+//
+// Errors have two faces: *Error's Code, Message and Retry reach the client;
+// its Err is the private cause, for logs. Public turns any other error into
+// INTERNAL with the fixed message "Internal error.".
+//
+// Caveats: handlers run inside the write transaction, so a slow handler holds
+// up every other write of a bbolt store; handlers are expected to be quick
+// and local. Read tools see a consistent snapshot but take no key and write
+// no audit event. The pipeline imports ulid for request and entity ids, in
+// addition to the packages DESIGN.md section 2 lists.
+package pipeline
