@@ -144,6 +144,11 @@ func MustDefine[In, Out any](s Spec[In, Out]) *Tool {
 	return t
 }
 
+// Schema is a JSON Schema as the generator builds it. An input or output
+// type whose bounds struct tags cannot express (an open map, say) declares
+// its own with a method JSONSchema() *pipeline.Schema.
+type Schema = jsonschema.Schema
+
 // reflector generates closed schemas: no unknown members, no $refs, so that
 // the schema a client reads is self-contained.
 var reflector = jsonschema.Reflector{

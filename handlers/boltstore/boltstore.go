@@ -1,0 +1,272 @@
+// Package boltstore is the domain store of the built-in tools on bbolt: it
+// implements handlers.Store inside the caller's transaction, so a tool's
+// change commits together with the call's idempotency record and audit
+// event.
+//
+// Layout: "projects" maps a project id to the project's JSON;
+// "project_names" maps each name to its project's id, which keeps names
+// unique; "records" maps a project id followed by a record id to the
+// record's JSON. Ids are ULIDs of fixed length, so a project's records are
+// one key range in id order (creation order), which lists scan and which
+// DeleteProject probes with one seek.
+//
+// Caveats: entities are stored as the JSON of handlers.Project and
+// handlers.Record, so a change to those types is a change of the stored
+// format. Init must have run (in a writable transaction) before any other
+// method.
+package boltstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline"
+)
+
+var (
+	projectsBucket = []byte("projects")
+	namesBucket    = []byte("project_names")
+	recordsBucket  = []byte("records")
+)
+
+// ErrTx is returned when a method is given a transaction of another backend.
+var ErrTx = errors.New("boltstore: not a bbolt transaction")
+
+// Store implements handlers.Store. It holds no state: its methods take the
+// caller's transaction (a *bbolt.Tx, typed pipeline.Tx) and never open one
+// of their own.
+type Store struct{}
+
+var _ handlers.Store = Store{}
+
+// Init creates the buckets; call it once in a writable transaction.
+func (Store) Init(tx any) error {
+	btx, ok := tx.(*bolt.Tx)
+	if !ok {
+		return ErrTx
+	}
+	for _, name := range [][]byte{projectsBucket, namesBucket, recordsBucket} {
+		if _, err := btx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type buckets struct {
+	projects, names, records *bolt.Bucket
+}
+
+func open(tx pipeline.Tx) (*buckets, error) {
+	btx, ok := tx.(*bolt.Tx)
+	if !ok {
+		return nil, ErrTx
+	}
+	b := &buckets{btx.Bucket(projectsBucket), btx.Bucket(namesBucket), btx.Bucket(recordsBucket)}
+	if b.projects == nil || b.names == nil || b.records == nil {
+		return nil, errors.New("boltstore: buckets missing")
+	}
+	return b, nil
+}
+
+// recordKey is the key of a record: its project's id, then its own.
+func recordKey(projectID, id string) []byte {
+	return append([]byte(projectID), id...)
+}
+
+// get decodes the value at key, or returns nil if there is none.
+func get[T any](b *bolt.Bucket, key []byte) (*T, error) {
+	v := b.Get(key)
+	if v == nil {
+		return nil, nil
+	}
+	return decode[T](v)
+}
+
+func decode[T any](v []byte) (*T, error) {
+	e := new(T)
+	if err := json.Unmarshal(v, e); err != nil {
+		return nil, fmt.Errorf("boltstore: decode %T: %w", e, err)
+	}
+	return e, nil
+}
+
+func put(b *bolt.Bucket, key []byte, e any) error {
+	v, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("boltstore: encode %T: %w", e, err)
+	}
+	return b.Put(key, v)
+}
+
+// list decodes up to limit values whose keys start with prefix and follow
+// prefix+after, and reports whether another such key follows them.
+func list[T any](b *bolt.Bucket, prefix []byte, after string, limit int) ([]*T, bool, error) {
+	c := b.Cursor()
+	from := append(bytes.Clone(prefix), after...)
+	k, v := c.Seek(from)
+	if after != "" && bytes.Equal(k, from) {
+		k, v = c.Next()
+	}
+	page := make([]*T, 0, limit)
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if len(page) == limit {
+			return page, true, nil
+		}
+		e, err := decode[T](v)
+		if err != nil {
+			return nil, false, err
+		}
+		page = append(page, e)
+	}
+	return page, false, nil
+}
+
+// Project implements handlers.Store.
+func (Store) Project(tx pipeline.Tx, id string) (*handlers.Project, error) {
+	b, err := open(tx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := get[handlers.Project](b.projects, []byte(id))
+	if err == nil && p == nil {
+		err = handlers.ProjectNotFound()
+	}
+	return p, err
+}
+
+// ProjectByName implements handlers.Store.
+func (Store) ProjectByName(tx pipeline.Tx, name string) (*handlers.Project, error) {
+	b, err := open(tx)
+	if err != nil {
+		return nil, err
+	}
+	id := b.names.Get([]byte(name))
+	if id == nil {
+		return nil, nil
+	}
+	p, err := get[handlers.Project](b.projects, id)
+	if err == nil && p == nil {
+		err = fmt.Errorf("boltstore: a name points at missing project %s", id)
+	}
+	return p, err
+}
+
+// PutProject implements handlers.Store.
+func (Store) PutProject(tx pipeline.Tx, p *handlers.Project) error {
+	b, err := open(tx)
+	if err != nil {
+		return err
+	}
+	if holder := b.names.Get([]byte(p.Name)); holder != nil && string(holder) != p.ID {
+		return handlers.NameTaken()
+	}
+	old, err := get[handlers.Project](b.projects, []byte(p.ID))
+	if err != nil {
+		return err
+	}
+	if old != nil && old.Name != p.Name {
+		if err := b.names.Delete([]byte(old.Name)); err != nil {
+			return err
+		}
+	}
+	if err := b.names.Put([]byte(p.Name), []byte(p.ID)); err != nil {
+		return err
+	}
+	return put(b.projects, []byte(p.ID), p)
+}
+
+// DeleteProject implements handlers.Store.
+func (Store) DeleteProject(tx pipeline.Tx, id string) error {
+	b, err := open(tx)
+	if err != nil {
+		return err
+	}
+	p, err := get[handlers.Project](b.projects, []byte(id))
+	switch {
+	case err != nil:
+		return err
+	case p == nil:
+		return handlers.ProjectNotFound()
+	}
+	if k, _ := b.records.Cursor().Seek([]byte(id)); bytes.HasPrefix(k, []byte(id)) {
+		return handlers.ProjectNotEmpty()
+	}
+	if err := b.names.Delete([]byte(p.Name)); err != nil {
+		return err
+	}
+	return b.projects.Delete([]byte(id))
+}
+
+// Projects implements handlers.Store.
+func (Store) Projects(tx pipeline.Tx, after string, limit int) ([]*handlers.Project, bool, error) {
+	b, err := open(tx)
+	if err != nil {
+		return nil, false, err
+	}
+	return list[handlers.Project](b.projects, nil, after, limit)
+}
+
+// Record implements handlers.Store.
+func (Store) Record(tx pipeline.Tx, projectID, id string) (*handlers.Record, error) {
+	b, err := open(tx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := get[handlers.Record](b.records, recordKey(projectID, id))
+	if err == nil && r == nil {
+		err = handlers.RecordNotFound()
+	}
+	return r, err
+}
+
+// PutRecord implements handlers.Store.
+func (Store) PutRecord(tx pipeline.Tx, r *handlers.Record) error {
+	b, err := open(tx)
+	if err != nil {
+		return err
+	}
+	return put(b.records, recordKey(r.ProjectID, r.ID), r)
+}
+
+// DeleteRecord implements handlers.Store.
+func (Store) DeleteRecord(tx pipeline.Tx, projectID, id string) error {
+	b, err := open(tx)
+	if err != nil {
+		return err
+	}
+	key := recordKey(projectID, id)
+	if b.records.Get(key) == nil {
+		return handlers.RecordNotFound()
+	}
+	return b.records.Delete(key)
+}
+
+// Records implements handlers.Store.
+func (Store) Records(tx pipeline.Tx, projectID, after string, limit int) ([]*handlers.Record, bool, error) {
+	b, err := open(tx)
+	if err != nil {
+		return nil, false, err
+	}
+	return list[handlers.Record](b.records, []byte(projectID), after, limit)
+}
+
+// CountRecords implements handlers.Store. It walks the project's key range.
+func (Store) CountRecords(tx pipeline.Tx, projectID string) (int, error) {
+	b, err := open(tx)
+	if err != nil {
+		return 0, err
+	}
+	prefix := []byte(projectID)
+	n := 0
+	c := b.records.Cursor()
+	for k, _ := c.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		n++
+	}
+	return n, nil
+}

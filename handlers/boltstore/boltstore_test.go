@@ -1,0 +1,110 @@
+package boltstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/handlers/boltstore"
+	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb"
+)
+
+func MustOpen(t testing.TB) *boltdb.DB {
+	t.Helper()
+	db, err := boltdb.Open(t.TempDir(), boltstore.Store{}.Init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// Ensure the store itself keeps names unique and its name index in step
+// with renames and deletions, whatever its caller checked.
+func TestPutProject_NameIndex(t *testing.T) {
+	db := MustOpen(t)
+	s := boltstore.Store{}
+	a := &handlers.Project{ID: "01AAAAAAAAAAAAAAAAAAAAAAAA", Name: "n", Revision: 1}
+	b := &handlers.Project{ID: "01BBBBBBBBBBBBBBBBBBBBBBBB", Name: "n", Revision: 1}
+	err := db.Update(context.Background(), func(tx pipeline.Tx) error {
+		if err := s.PutProject(tx, a); err != nil {
+			return err
+		}
+		if code := pipeline.ErrorCode(s.PutProject(tx, b)); code != pipeline.AlreadyExists {
+			t.Errorf("second project with the name: %q, want ALREADY_EXISTS", code)
+		}
+		a.Name = "m"
+		if err := s.PutProject(tx, a); err != nil {
+			return err
+		}
+		if err := s.PutProject(tx, b); err != nil {
+			return err
+		}
+		if err := s.DeleteProject(tx, a.ID); err != nil {
+			return err
+		}
+		for name, want := range map[string]*handlers.Project{"n": b, "m": nil} {
+			got, err := s.ProjectByName(tx, name)
+			if err != nil {
+				return err
+			}
+			if (got == nil) != (want == nil) || got != nil && got.ID != want.ID {
+				t.Errorf("ProjectByName(%q) = %+v, want %+v", name, got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Ensure a project's records are its own key range: counted, probed and
+// listed without touching the neighbouring projects' records.
+func TestRecords_KeyRange(t *testing.T) {
+	db := MustOpen(t)
+	s := boltstore.Store{}
+	projects := []string{"01AAAAAAAAAAAAAAAAAAAAAAAA", "01AAAAAAAAAAAAAAAAAAAAAAAB", "01AAAAAAAAAAAAAAAAAAAAAAAC"}
+	err := db.Update(context.Background(), func(tx pipeline.Tx) error {
+		for i, p := range projects {
+			if err := s.PutProject(tx, &handlers.Project{ID: p, Name: p, Revision: 1}); err != nil {
+				return err
+			}
+			for j := range i * 2 {
+				r := &handlers.Record{ID: "01R" + string(rune('A'+j)) + "AAAAAAAAAAAAAAAAAAAAAA", ProjectID: p, Revision: 1}
+				if err := s.PutRecord(tx, r); err != nil {
+					return err
+				}
+			}
+		}
+		for i, p := range projects {
+			n, err := s.CountRecords(tx, p)
+			if err != nil {
+				return err
+			}
+			page, more, err := s.Records(tx, p, "", 10)
+			if err != nil {
+				return err
+			}
+			if n != i*2 || len(page) != i*2 || more {
+				t.Errorf("project %d: count %d, page %d (more %v), want %d", i, n, len(page), more, i*2)
+			}
+		}
+		if code := pipeline.ErrorCode(s.DeleteProject(tx, projects[1])); code != pipeline.ProjectNotEmpty {
+			t.Errorf("deleting a project with records: %q, want PROJECT_NOT_EMPTY", code)
+		}
+		return s.DeleteProject(tx, projects[0])
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Ensure a transaction of another backend is refused, not mistaken.
+func TestWrongTx(t *testing.T) {
+	if _, err := (boltstore.Store{}).Project("not a tx", "01AAAAAAAAAAAAAAAAAAAAAAAA"); !errors.Is(err, boltstore.ErrTx) {
+		t.Fatalf("err = %v, want ErrTx", err)
+	}
+}

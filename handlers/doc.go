@@ -1,0 +1,38 @@
+// Package handlers holds writerd's built-in tools (DESIGN.md section 6): a
+// small store of projects and of the records inside them, which agents
+// create, update, read and delete.
+//
+// Tools returns the tool definitions for a pipeline to register. Each
+// handler runs at stage 7 of the write path, inside the transaction that
+// also commits the call's idempotency record and audit event, so a handler
+// only reads and writes through the Store it is given and returns either a
+// result or one of the domain codes NOT_FOUND, REVISION_CONFLICT,
+// ALREADY_EXISTS, RECORD_LOCKED and PROJECT_NOT_EMPTY. Its input has already
+// been parsed strictly against the schema generated from its input type, so
+// handlers check only what a schema cannot: existence, revisions, unique
+// names and locks. Every entity a write changes, and the entity a refusal is
+// about, is named to the pipeline with Op.Touch for the audit event.
+//
+// The Store interface is owned here, so that a second backend can be added
+// beside handlers/boltstore without touching the handlers.
+//
+// Semantics worth knowing:
+//
+//   - Every successful update increments the revision, even one that names
+//     no field to change; expected_revision guards updates and, optionally,
+//     deletions.
+//   - An update replaces each field it names as a whole: "labels" and
+//     "fields" are not merged with the stored ones.
+//   - A locked record refuses updates and deletion; an update that sets
+//     "locked": false unlocks it and applies its other changes in the same
+//     write.
+//   - Names are unique exactly as written: the comparison is case-sensitive
+//     and does not normalize Unicode.
+//   - Lists are ordered by id, which is creation order (ids are ULIDs). The
+//     cursor is opaque to clients; entities created after a page was read
+//     may appear on later pages, entities deleted meanwhile do not.
+//
+// Caveats: a project's records are not deleted with it (delete_project
+// refuses while any remain), and the count in delete_project's preview is
+// read at preview time: the confirmed call checks again.
+package handlers

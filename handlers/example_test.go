@@ -1,0 +1,47 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/handlers/boltstore"
+	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb"
+)
+
+// Register the built-in tools on a pipeline and create a project, as any
+// transport would: a tool name and the raw arguments.
+func ExampleTools() {
+	dir, err := os.MkdirTemp("", "writerd-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := boltdb.Open(dir, boltstore.Store{}.Init)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+
+	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}})
+	if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+		panic(err)
+	}
+	c := pipeline.Caller{Principal: "example", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}
+	res := p.Call(context.Background(), c, "create_project",
+		[]byte(`{"idempotency_key":"example-0001","name":"alpha"}`))
+	if res.Err != nil {
+		panic(string(res.ErrorJSON()))
+	}
+	var out handlers.ProjectResult
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		panic(err)
+	}
+	fmt.Println(out.Project.Name, out.Project.Revision)
+	// Output: alpha 1
+}

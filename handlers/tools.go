@@ -1,0 +1,137 @@
+package handlers
+
+import "github.com/writerd/writerd/pipeline"
+
+// Tools returns the built-in tools, with handlers that work through s.
+func Tools(s Store) []*pipeline.Tool {
+	h := &handler{s: s}
+	return []*pipeline.Tool{
+		pipeline.MustDefine(pipeline.Spec[CreateProjectInput, ProjectResult]{
+			Name:  "create_project",
+			Title: "Create a project",
+			Description: "Creates a project with a unique name. Retrying with the same idempotency_key " +
+				"returns the first answer instead of creating a second project.",
+			Run: h.createProject,
+		}),
+		pipeline.MustDefine(pipeline.Spec[UpdateProjectInput, ProjectResult]{
+			Name:  "update_project",
+			Title: "Update a project",
+			Description: "Changes the given members of a project whose revision is expected_revision, and increments " +
+				"its revision. Retrying with the same idempotency_key returns the first answer.",
+			Run: h.updateProject,
+		}),
+		pipeline.MustDefine(pipeline.Spec[DeleteProjectInput, DeletedResult]{
+			Name:  "delete_project",
+			Title: "Delete a project",
+			Description: "Deletes an empty project. Without \"confirm\": true it deletes nothing and previews the " +
+				"project and its record count; send it again with the same idempotency_key and \"confirm\": true to delete.",
+			Destructive: true,
+			Run:         h.deleteProject,
+			Preview:     h.previewProject,
+		}),
+		pipeline.MustDefine(pipeline.Spec[CreateRecordInput, RecordResult]{
+			Name:  "create_record",
+			Title: "Create a record",
+			Description: "Creates a record in a project. Retrying with the same idempotency_key returns the first " +
+				"answer instead of creating a second record.",
+			Run: h.createRecord,
+		}),
+		pipeline.MustDefine(pipeline.Spec[UpdateRecordInput, RecordResult]{
+			Name:  "update_record",
+			Title: "Update a record",
+			Description: "Changes the given members of a record whose revision is expected_revision, and increments " +
+				"its revision; a locked record accepts only an update that sets locked to false. Retrying with the " +
+				"same idempotency_key returns the first answer.",
+			Run: h.updateRecord,
+		}),
+		pipeline.MustDefine(pipeline.Spec[DeleteRecordInput, DeletedResult]{
+			Name:  "delete_record",
+			Title: "Delete a record",
+			Description: "Deletes an unlocked record. Without \"confirm\": true it deletes nothing and previews the " +
+				"record; send it again with the same idempotency_key and \"confirm\": true to delete.",
+			Destructive: true,
+			Run:         h.deleteRecord,
+			Preview:     h.previewRecord,
+		}),
+		pipeline.MustDefine(pipeline.Spec[ListProjectsInput, ProjectList]{
+			Name:        "list_projects",
+			Title:       "List projects",
+			Description: "Lists projects oldest first, a page at a time; pass next_cursor as cursor to get the next page.",
+			ReadOnly:    true,
+			Run:         h.listProjects,
+		}),
+		pipeline.MustDefine(pipeline.Spec[GetProjectInput, ProjectResult]{
+			Name:        "get_project",
+			Title:       "Get a project",
+			Description: "Returns a project, with its current revision.",
+			ReadOnly:    true,
+			Run:         h.getProject,
+		}),
+		pipeline.MustDefine(pipeline.Spec[ListRecordsInput, RecordList]{
+			Name:        "list_records",
+			Title:       "List records",
+			Description: "Lists a project's records oldest first, a page at a time; pass next_cursor as cursor to get the next page.",
+			ReadOnly:    true,
+			Run:         h.listRecords,
+		}),
+		pipeline.MustDefine(pipeline.Spec[GetRecordInput, RecordResult]{
+			Name:        "get_record",
+			Title:       "Get a record",
+			Description: "Returns a record of a project, with its current revision.",
+			ReadOnly:    true,
+			Run:         h.getRecord,
+		}),
+	}
+}
+
+// handler holds the handlers' one dependency.
+type handler struct {
+	s Store
+}
+
+// touch names e, as it is now, in the call's audit event.
+func touch(op *pipeline.Op, e entity) {
+	op.Touch(e.target())
+}
+
+// refuse names e as the target of a refusal and returns err.
+func refuse(op *pipeline.Op, e entity, err error) error {
+	touch(op, e)
+	return err
+}
+
+// checkRevision refuses e if expected is given and is not e's revision.
+func checkRevision(op *pipeline.Op, e entity, expected *int64) error {
+	kind, _, revision := e.target()
+	if expected != nil && *expected != revision {
+		return refuse(op, e, revisionConflict(kind))
+	}
+	return nil
+}
+
+// nextCursor is the cursor of the page after page, or "" if there is none.
+func nextCursor[E entity](page []E, more bool) string {
+	if !more || len(page) == 0 {
+		return ""
+	}
+	_, id, _ := page[len(page)-1].target()
+	return id
+}
+
+// orEmpty returns s, or an empty slice for nil: results show [] rather
+// than null, which their schemas refuse.
+func orEmpty[S ~[]E, E any](s S) S {
+	if s == nil {
+		return S{}
+	}
+	return s
+}
+
+// orEmptyFields returns f, or empty Fields for nil: results show {} rather
+// than null, which their schema refuses.
+func orEmptyFields(f Fields) Fields {
+	if f == nil {
+		return Fields{}
+	}
+	return f
+}
