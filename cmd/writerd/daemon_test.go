@@ -1,0 +1,344 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/pipeline/boltdb"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// The binaries under test, built once by TestMain: the release build, and
+// the writerd_testtools build with tools that fail on purpose.
+var binary, testBinary string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "writerd-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary, testBinary = filepath.Join(dir, "writerd"), filepath.Join(dir, "writerd-testtools")
+	for _, b := range []struct{ out, tags string }{{binary, ""}, {testBinary, "writerd_testtools"}} {
+		cmd := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, ".")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build writerd:", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// daemon is a running writerd serve --stdio and an SDK client session.
+type daemon struct {
+	t       testing.TB
+	dir     string
+	cmd     *exec.Cmd
+	session *sdk.ClientSession
+	stderr  *syncBuffer
+	wire    *syncBuffer // every JSON-RPC frame the client read or wrote
+}
+
+type daemonConfig struct {
+	bin  string
+	dir  string   // data directory; a new temporary one if empty
+	env  []string // extra environment
+	args []string // extra flags
+}
+
+// MustStart starts the daemon on a data directory and connects the SDK's
+// client to it over stdio. The test's end stops it and checks the database.
+func MustStart(t testing.TB) *daemon {
+	t.Helper()
+	return mustStartWith(t, daemonConfig{})
+}
+
+func mustStartWith(t testing.TB, c daemonConfig) *daemon {
+	t.Helper()
+	if c.bin == "" {
+		c.bin = binary
+	}
+	if c.dir == "" {
+		c.dir = t.TempDir()
+	}
+	d := &daemon{t: t, dir: c.dir, stderr: new(syncBuffer), wire: new(syncBuffer)}
+	d.cmd = exec.Command(c.bin, append([]string{"serve", "--stdio", "--data", c.dir}, c.args...)...)
+	d.cmd.Env = append(os.Environ(), c.env...)
+	d.cmd.Stderr = d.stderr
+	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-e2e", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	d.session, err = client.Connect(ctx, &sdk.LoggingTransport{
+		Transport: &sdk.CommandTransport{Command: d.cmd, TerminateDuration: 10 * time.Second},
+		Writer:    d.wire,
+	}, nil)
+	if err != nil {
+		t.Fatalf("connect to writerd: %v\nstderr:\n%s", err, d.stderr)
+	}
+	t.Cleanup(func() {
+		d.Stop()
+		if !t.Failed() {
+			d.mustBeConsistent()
+		}
+	})
+	return d
+}
+
+// Stop closes the session, which closes the daemon's stdin; it exits.
+func (d *daemon) Stop() {
+	if d.session == nil {
+		return
+	}
+	d.session.Close()
+	d.session = nil
+	d.cmd.Wait()
+}
+
+// Kill ends the daemon with SIGKILL: no shutdown, no final fsync.
+func (d *daemon) Kill() {
+	d.cmd.Process.Kill()
+	d.cmd.Wait()
+	d.session.Close()
+	d.session = nil
+}
+
+// Call sends tools/call with the argument bytes exactly as given.
+func (d *daemon) Call(tool, args string) *sdk.CallToolResult {
+	d.t.Helper()
+	res, err := d.call(tool, args)
+	if err != nil {
+		d.t.Fatalf("%s: %v", tool, err)
+	}
+	return res
+}
+
+func (d *daemon) call(tool, args string) (*sdk.CallToolResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return d.session.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
+}
+
+// rawResults returns the tools/call results as the daemon sent them, from
+// the wire, in order: the bytes that byte-identity is about.
+func (d *daemon) rawResults() []json.RawMessage {
+	var out []json.RawMessage
+	sc := bufio.NewScanner(strings.NewReader(d.wire.String()))
+	sc.Buffer(nil, 8<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "read: ")
+		if !ok {
+			continue
+		}
+		var msg struct {
+			Result struct {
+				StructuredContent json.RawMessage `json:"structuredContent"`
+				IsError           bool            `json:"isError"`
+			} `json:"result"`
+		}
+		if json.Unmarshal([]byte(line), &msg) == nil && msg.Result.StructuredContent != nil {
+			out = append(out, msg.Result.StructuredContent)
+		}
+	}
+	return out
+}
+
+// envelope is the error envelope of a failed call.
+type envelope struct {
+	Error struct {
+		Code      string          `json:"code"`
+		Message   string          `json:"message"`
+		Status    int             `json:"status"`
+		Retry     string          `json:"retry"`
+		RequestID string          `json:"request_id"`
+		Preview   json.RawMessage `json:"preview"`
+	} `json:"error"`
+}
+
+// text returns a result's one text block.
+func text(t testing.TB, res *sdk.CallToolResult) string {
+	t.Helper()
+	if len(res.Content) != 1 {
+		t.Fatalf("result has %d content blocks, want 1", len(res.Content))
+	}
+	tc, ok := res.Content[0].(*sdk.TextContent)
+	if !ok {
+		t.Fatalf("content is %T, want text", res.Content[0])
+	}
+	return tc.Text
+}
+
+// mustFail asserts a failed call with the code and returns its envelope.
+func mustFail(t testing.TB, res *sdk.CallToolResult, code string) envelope {
+	t.Helper()
+	if !res.IsError {
+		t.Fatalf("call succeeded, want %s: %s", code, text(t, res))
+	}
+	if res.StructuredContent != nil {
+		t.Fatalf("an error result carries structuredContent")
+	}
+	var e envelope
+	if err := json.Unmarshal([]byte(text(t, res)), &e); err != nil {
+		t.Fatalf("error text is not the envelope: %v", err)
+	}
+	if e.Error.Code != code {
+		t.Fatalf("code = %s (%s), want %s", e.Error.Code, e.Error.Message, code)
+	}
+	if e.Error.RequestID == "" || e.Error.RequestID != res.Meta["writerd/request_id"] {
+		t.Fatalf("request id %q, _meta %v", e.Error.RequestID, res.Meta)
+	}
+	return e
+}
+
+// mustSucceed asserts a successful call and returns its structured result.
+func mustSucceed(t testing.TB, res *sdk.CallToolResult) map[string]any {
+	t.Helper()
+	if res.IsError {
+		t.Fatalf("call failed: %s", text(t, res))
+	}
+	m, ok := res.StructuredContent.(map[string]any)
+	if !ok {
+		t.Fatalf("structuredContent is %T", res.StructuredContent)
+	}
+	var fromText map[string]any
+	if err := json.Unmarshal([]byte(text(t, res)), &fromText); err != nil || fmt.Sprint(fromText) != fmt.Sprint(m) {
+		t.Fatalf("the text block is not the structured result: %v", err)
+	}
+	if res.Meta["writerd/request_id"] == nil {
+		t.Fatalf("no request id in _meta: %v", res.Meta)
+	}
+	return m
+}
+
+// store is a read-only view of a stopped daemon's database.
+type store struct {
+	t  testing.TB
+	db *bolt.DB
+}
+
+// MustOpenStore opens the database of a daemon that no longer runs.
+func MustOpenStore(t testing.TB, dir string) *store {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(dir, boltdb.FileName), 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("open the database: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &store{t: t, db: db}
+}
+
+func (s *store) view(fn func(tx *bolt.Tx) error) {
+	s.t.Helper()
+	if err := s.db.View(fn); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// count returns the number of keys in a bucket.
+func (s *store) count(bucket string) int {
+	var n int
+	s.view(func(tx *bolt.Tx) error {
+		n = tx.Bucket([]byte(bucket)).Stats().KeyN
+		return nil
+	})
+	return n
+}
+
+func (s *store) events() []*auditlog.Event {
+	var evs []*auditlog.Event
+	s.view(func(tx *bolt.Tx) error {
+		return auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
+			evs = append(evs, e)
+			return nil
+		})
+	})
+	return evs
+}
+
+func (s *store) eventsFor(key string) []*auditlog.Event {
+	var out []*auditlog.Event
+	for _, e := range s.events() {
+		if e.IdempotencyKey == key {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (s *store) record(principal, key string) *idempotency.Record {
+	var r *idempotency.Record
+	s.view(func(tx *bolt.Tx) error {
+		var err error
+		r, err = idempotency.Bolt{}.Get(tx, principal, key)
+		return err
+	})
+	return r
+}
+
+// mustBeConsistent checks a stopped daemon's database: audit sequence dense
+// from 1, every idempotency record pointing at its audit event, every
+// successful event's targets present unless a later event deleted them.
+func (d *daemon) mustBeConsistent() {
+	d.t.Helper()
+	s := MustOpenStore(d.t, d.dir)
+	evs := s.events()
+	byID := map[string]*auditlog.Event{}
+	for i, e := range evs {
+		if e.Seq != uint64(i+1) {
+			d.t.Errorf("audit seq %d at position %d", e.Seq, i+1)
+		}
+		byID[e.ID] = e
+	}
+	s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("idempotency")).ForEach(func(_, v []byte) error {
+			var r idempotency.Record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			if e := byID[r.AuditID]; e == nil || e.Digest != r.Digest || e.IdempotencyKey != r.Key {
+				d.t.Errorf("idempotency record %s has no matching audit event", r.Key)
+			}
+			return nil
+		})
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for the daemon's and the test's
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

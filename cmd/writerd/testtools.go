@@ -1,0 +1,64 @@
+//go:build writerd_testtools
+
+package main
+
+// This file is compiled only with -tags writerd_testtools, into the binary
+// the end-to-end tests build: it adds tools that fail on purpose and a
+// storage fault, so that the tests can show what a client sees then.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// TestFaultEnv names the fault to inject: "failure-audit" makes every
+// append of a failure event fail, as a full or broken disk would.
+const TestFaultEnv = "WRITERD_TEST_FAULT"
+
+type testIn struct {
+	pipeline.Key
+	Marker string `json:"marker,omitempty" jsonschema:"maxLength=100"`
+}
+
+type testOut struct {
+	OK bool `json:"ok"`
+}
+
+func init() {
+	extraTools = func() []*pipeline.Tool {
+		return []*pipeline.Tool{
+			pipeline.MustDefine(pipeline.Spec[testIn, testOut]{
+				Name: "test_panic", Description: "Panics (test build only).",
+				Run: func(context.Context, *pipeline.Op, *testIn) (*testOut, error) {
+					panic("test_panic: secret-panic-marker")
+				},
+			}),
+			pipeline.MustDefine(pipeline.Spec[testIn, testOut]{
+				Name: "test_error", Description: "Fails with an unexpected error (test build only).",
+				Run: func(_ context.Context, _ *pipeline.Op, in *testIn) (*testOut, error) {
+					return nil, fmt.Errorf("driver failed at /var/lib/secret-path-marker: %s", in.Marker)
+				},
+			}),
+		}
+	}
+	wrapAudit = func(a pipeline.Audit) pipeline.Audit {
+		if os.Getenv(TestFaultEnv) == "failure-audit" {
+			return failingAudit{a}
+		}
+		return a
+	}
+}
+
+type failingAudit struct{ pipeline.Audit }
+
+func (f failingAudit) Append(tx pipeline.Tx, e *auditlog.Event) error {
+	if e.Outcome == auditlog.Failed {
+		return errors.New("injected fault: cannot append at /var/lib/secret-path-marker")
+	}
+	return f.Audit.Append(tx, e)
+}

@@ -1,0 +1,133 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/writerd/writerd/pipeline"
+)
+
+// Keys of _meta in tool results.
+const (
+	MetaRequestID = "writerd/request_id"
+	MetaAuditID   = "writerd/audit_id"
+	MetaReplayed  = "writerd/replayed"
+)
+
+// CallerFunc tells who makes a tools/call: a fixed local principal over
+// stdio, the token's principal over HTTP.
+type CallerFunc func(ctx context.Context, req *sdk.CallToolRequest) pipeline.Caller
+
+// Options configure NewServer.
+type Options struct {
+	Name    string // implementation name; default "writerd"
+	Version string
+	Logger  *slog.Logger // required
+	Caller  CallerFunc   // required
+}
+
+// NewServer returns an MCP server that serves every tool registered in p.
+func NewServer(p *pipeline.Pipeline, opts Options) *sdk.Server {
+	if opts.Name == "" {
+		opts.Name = "writerd"
+	}
+	srv := sdk.NewServer(&sdk.Implementation{Name: opts.Name, Version: opts.Version}, &sdk.ServerOptions{
+		Logger: slog.New(transportErrors{opts.Logger.Handler()}),
+	})
+	srv.AddReceivingMiddleware(recoverPanics(opts.Logger))
+	for _, t := range p.Tools() {
+		srv.AddTool(toolOf(t), handler(p, opts.Caller))
+	}
+	return srv
+}
+
+func toolOf(t *pipeline.Tool) *sdk.Tool {
+	closed := false
+	a := &sdk.ToolAnnotations{
+		ReadOnlyHint: t.ReadOnly,
+		// Reads change nothing; a write replays under its idempotency key,
+		// so repeating a call with the same arguments has no further effect.
+		IdempotentHint: true,
+		OpenWorldHint:  &closed,
+	}
+	if !t.ReadOnly {
+		destructive := t.Destructive
+		a.DestructiveHint = &destructive
+	}
+	return &sdk.Tool{
+		Name: t.Name, Title: t.Title, Description: t.Description,
+		InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
+		Annotations: a,
+	}
+}
+
+// handler passes the raw arguments to the pipeline: the one path to a
+// handler. It never returns a Go error, which the SDK would send verbatim.
+func handler(p *pipeline.Pipeline, caller CallerFunc) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		args := []byte(req.Params.Arguments)
+		if len(args) == 0 {
+			args = []byte("{}") // MCP lets a client omit arguments
+		}
+		return Render(p.Call(ctx, caller(ctx, req), req.Params.Name, args)), nil
+	}
+}
+
+// Render turns a pipeline result into a tools/call result.
+func Render(res *pipeline.Result) *sdk.CallToolResult {
+	meta := sdk.Meta{MetaRequestID: res.RequestID}
+	if res.AuditID != "" {
+		meta[MetaAuditID] = res.AuditID
+	}
+	if res.Err != nil {
+		return &sdk.CallToolResult{
+			Meta: meta, IsError: true,
+			Content: []sdk.Content{&sdk.TextContent{Text: string(res.ErrorJSON())}},
+		}
+	}
+	if res.Replayed {
+		meta[MetaReplayed] = true
+	}
+	return &sdk.CallToolResult{
+		Meta:              meta,
+		StructuredContent: json.RawMessage(res.Output),
+		Content:           []sdk.Content{&sdk.TextContent{Text: string(res.Output)}},
+	}
+}
+
+// recoverPanics keeps one panic from killing the daemon: the SDK does not
+// recover panics in method handlers. A tools/call answers the INTERNAL
+// envelope; any other method a JSON-RPC internal error. Both carry only the
+// fixed message; the panic and its stack go to the log.
+func recoverPanics(log *slog.Logger) sdk.Middleware {
+	return func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (res sdk.Result, err error) {
+			defer func() {
+				r := recover()
+				if r == nil {
+					return
+				}
+				id := pipeline.RequestID(ctx)
+				if id == "" {
+					id = ulid.Make().String()
+				}
+				log.Error("panic in MCP method", "request_id", id, "method", method,
+					"cause", fmt.Sprintf("%v\n%s", r, debug.Stack()))
+				if method == "tools/call" {
+					res, err = Render(&pipeline.Result{RequestID: id, Outcome: pipeline.OutcomeError,
+						Err: pipeline.Public(fmt.Errorf("panic: %v", r))}), nil
+					return
+				}
+				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: pipeline.InternalMessage}
+			}()
+			return next(ctx, method, req)
+		}
+	}
+}
