@@ -106,22 +106,20 @@ func mustStartWith(t testing.TB, c daemonConfig) *daemon {
 	return d
 }
 
-// Stop closes the session, which closes the daemon's stdin; it exits.
+// Stop closes the session, which closes the daemon's stdin; it exits, and
+// the SDK's command transport waits for it.
 func (d *daemon) Stop() {
 	if d.session == nil {
 		return
 	}
 	d.session.Close()
 	d.session = nil
-	d.cmd.Wait()
 }
 
 // Kill ends the daemon with SIGKILL: no shutdown, no final fsync.
 func (d *daemon) Kill() {
 	d.cmd.Process.Kill()
-	d.cmd.Wait()
-	d.session.Close()
-	d.session = nil
+	d.Stop()
 }
 
 // Call sends tools/call with the argument bytes exactly as given.
