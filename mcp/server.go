@@ -41,7 +41,7 @@ func NewServer(p *pipeline.Pipeline, opts Options) *sdk.Server {
 	srv := sdk.NewServer(&sdk.Implementation{Name: opts.Name, Version: opts.Version}, &sdk.ServerOptions{
 		Logger: slog.New(transportErrors{opts.Logger.Handler()}),
 	})
-	srv.AddReceivingMiddleware(recoverPanics(opts.Logger))
+	srv.AddReceivingMiddleware(guard(opts.Logger))
 	for _, t := range p.Tools() {
 		srv.AddTool(toolOf(t), handler(p, opts.Caller))
 	}
@@ -102,21 +102,21 @@ func Render(res *pipeline.Result) *sdk.CallToolResult {
 	}
 }
 
-// recoverPanics keeps one panic from killing the daemon: the SDK does not
-// recover panics in method handlers. A tools/call answers the INTERNAL
-// envelope; any other method a JSON-RPC internal error. Both carry only the
-// fixed message; the panic and its stack go to the log.
-func recoverPanics(log *slog.Logger) sdk.Middleware {
+// guard gives every request its request id, which the pipeline, the logs
+// and the answer carry, and keeps one panic from killing the daemon: the
+// SDK does not recover panics in method handlers. A panicking tools/call
+// answers the INTERNAL envelope, any other method a JSON-RPC internal error;
+// both carry only the fixed message, and the panic and its stack go to the
+// log under the request id.
+func guard(log *slog.Logger) sdk.Middleware {
 	return func(next sdk.MethodHandler) sdk.MethodHandler {
 		return func(ctx context.Context, method string, req sdk.Request) (res sdk.Result, err error) {
+			id := ulid.Make().String()
+			ctx = pipeline.WithRequestID(ctx, id)
 			defer func() {
 				r := recover()
 				if r == nil {
 					return
-				}
-				id := pipeline.RequestID(ctx)
-				if id == "" {
-					id = ulid.Make().String()
 				}
 				log.Error("panic in MCP method", "request_id", id, "method", method,
 					"cause", fmt.Sprintf("%v\n%s", r, debug.Stack()))
