@@ -112,7 +112,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	// A frame holds the arguments, escaped at most sixfold, and the envelope.
 	err = srv.Run(ctx, &sdk.StdioTransport{MaxLineLength: 6*c.limits.MaxBytes + 64<<10})
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
-		log.Error("stdio transport", "cause", mcp.TransportError(err))
+		log.Error("stdio transport", "kind", mcp.TransportErrorKind(err), "cause", mcp.TransportError(err))
 		return errors.New("serve: the stdio transport failed")
 	}
 	log.Info("shutdown")
