@@ -335,3 +335,31 @@ func TestCreateProject_ConcurrentSameKey(t *testing.T) {
 		t.Fatalf("projects %d events %d, want 1 and 1", s.count("projects"), len(s.events()))
 	}
 }
+
+// Ensure the log is JSON on stderr, one "call" line per call carrying the
+// request id the client saw, and no argument value or data directory.
+func TestLogs(t *testing.T) {
+	d := MustStart(t)
+	ok := d.Call("create_project", `{"idempotency_key":"k-00000001","name":"`+marker+`"}`)
+	bad := d.Call("create_project", `{"idempotency_key":"k-00000002","name":"`+marker+`","x":1}`)
+	d.Stop()
+	calls := map[string]map[string]any{}
+	for line := range strings.Lines(d.stderr.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		if m["msg"] == "call" {
+			calls[m["request_id"].(string)] = m
+		}
+	}
+	for _, res := range []*sdk.CallToolResult{ok, bad} {
+		id := res.Meta["writerd/request_id"].(string)
+		if l := calls[id]; l == nil || l["tool"] != "create_project" || l["principal"] != "local" {
+			t.Errorf("no call line for request %s: %v", id, l)
+		}
+	}
+	if log := d.stderr.String(); strings.Contains(log, marker) || strings.Contains(log, d.dir) {
+		t.Fatal("the log holds an argument value or the data directory")
+	}
+}
