@@ -22,7 +22,10 @@ var errSettled = errors.New("pipeline: key already settled")
 // update is the one commit function: every write of the pipeline (a
 // successful call, a failure receipt, key collection) goes through it.
 func (p *Pipeline) update(ctx context.Context, fn func(Tx) error) error {
-	return p.cfg.Storage.Update(ctx, fn)
+	start := time.Now()
+	err := p.cfg.Storage.Update(ctx, fn)
+	p.cfg.Metrics.Commit(time.Since(start), 1)
+	return err
 }
 
 // write runs stages 6 to 8 for a write tool.
@@ -32,6 +35,7 @@ func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest 
 	release, err := p.locks.Acquire(ctx, c.Principal, key, p.cfg.KeyWait)
 	if err != nil {
 		if errors.Is(err, idempotency.ErrInUse) {
+			p.cfg.Metrics.Idempotency("in_use")
 			return &Result{RequestID: reqID, Outcome: OutcomeConflict,
 				Err: Errorf(KeyInUse, "Another call with this idempotency key is still running; send the same call again with the same key shortly.")}
 		}
@@ -65,14 +69,15 @@ func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest 
 		}
 		return p.cfg.Keys.Put(tx, p.record(ev, op, idempotency.Completed, out, ""))
 	})
-	switch {
-	case err == nil:
-		return &Result{RequestID: reqID, Outcome: OutcomeOK, Output: out, AuditID: ev.ID}
-	case errors.Is(err, errSettled):
+	if errors.Is(err, errSettled) {
 		return p.settled(reqID, rec, digest, op.Now)
-	default:
+	}
+	p.cfg.Metrics.Idempotency("new")
+	if err != nil {
 		return p.fail(ctx, ev, op, start, err)
 	}
+	p.cfg.Metrics.AuditAppend(true)
+	return &Result{RequestID: reqID, Outcome: OutcomeOK, Output: out, AuditID: ev.ID}
 }
 
 // settled answers a call whose key has a live record: the replay or one of
@@ -80,11 +85,14 @@ func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest 
 func (p *Pipeline) settled(reqID string, rec *idempotency.Record, digest string, now time.Time) *Result {
 	switch rec.Match(digest, now) {
 	case idempotency.Replay:
+		p.cfg.Metrics.Idempotency("replayed")
 		return &Result{RequestID: reqID, Outcome: OutcomeReplayed, Output: rec.Result, AuditID: rec.AuditID, Replayed: true}
 	case idempotency.Refail:
+		p.cfg.Metrics.Idempotency("failed")
 		return &Result{RequestID: reqID, Outcome: OutcomeConflict, Err: Errorf(KeyFailed,
 			"This idempotency key was spent on an identical call that failed with %s; do what that error said and send the call with a new key.", rec.Code)}
 	default:
+		p.cfg.Metrics.Idempotency("reused")
 		return &Result{RequestID: reqID, Outcome: OutcomeConflict, Err: Errorf(KeyReused,
 			"This idempotency key was already used for a different request; send this request with a new key.")}
 	}
@@ -103,6 +111,7 @@ func (p *Pipeline) fail(ctx context.Context, ev *auditlog.Event, op *Op, start t
 		}
 		return p.cfg.Keys.Put(tx, p.record(ev, op, idempotency.Failed, nil, e.Code))
 	})
+	p.cfg.Metrics.AuditAppend(err == nil)
 	if err != nil {
 		code := Internal
 		if e.Code == Unavailable && ErrorCode(err) == Unavailable {

@@ -94,6 +94,8 @@ type Error struct {
 	Preview any
 	// Err is the private cause, for logs only.
 	Err error
+
+	rule string // the rule a rejected input broke, for metrics; bounded
 }
 
 // Errorf returns an *Error with the catalogue's retry hint for code. The

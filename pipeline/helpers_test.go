@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/invopop/jsonschema"
+	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 )
@@ -118,6 +120,7 @@ type env struct {
 	db  *boltdb.DB
 	p   *pipeline.Pipeline
 	now time.Time
+	reg *prometheus.Registry
 
 	closed bool // the test closed the database: skip the final check
 }
@@ -140,7 +143,7 @@ func MustEnvWait(t testing.TB, audit func(pipeline.Audit) pipeline.Audit, keyWai
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, db: db, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	e := &env{t: t, db: db, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), reg: prometheus.NewRegistry()}
 	var a pipeline.Audit = auditlog.Bolt{}
 	if audit != nil {
 		a = audit(a)
@@ -148,6 +151,7 @@ func MustEnvWait(t testing.TB, audit func(pipeline.Audit) pipeline.Audit, keyWai
 	e.p = pipeline.New(pipeline.Config{
 		Storage: db, Keys: idempotency.Bolt{}, Audit: a,
 		KeyWait: keyWait,
+		Metrics: metrics.New(e.reg),
 		Now:     func() time.Time { return e.now },
 	})
 	if err := e.p.Register(testTools()...); err != nil {

@@ -42,7 +42,7 @@ const maxSafeInteger = 1<<53 - 1
 // JSON Pointer and the rule it broke, and never a value the caller sent.
 func (t *Tool) parse(args []byte, lim Limits) (in any, canonical []byte, err error) {
 	if len(args) > lim.MaxBytes {
-		return nil, nil, Errorf(InputTooLarge, "The arguments are larger than %d bytes.", lim.MaxBytes)
+		return nil, nil, rejection(InputTooLarge, "max_bytes", "The arguments are larger than %d bytes.", lim.MaxBytes)
 	}
 	tree, err := t.scan(args, lim)
 	if err != nil {
@@ -79,14 +79,14 @@ func (t *Tool) scan(args []byte, lim Limits) (map[string]any, error) {
 		return nil, t.syntaxError(d, err)
 	}
 	if tok.Kind() != '{' {
-		return nil, Errorf(InvalidInput, "The arguments must be a JSON object.")
+		return nil, rejection(InvalidInput, "not_object", "The arguments must be a JSON object.")
 	}
 	v, err := t.scanValue(d, tok, lim)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := d.ReadToken(); err != io.EOF {
-		return nil, Errorf(InvalidInput, "The arguments must be one JSON object with nothing after it.")
+		return nil, rejection(InvalidInput, "trailing_data", "The arguments must be one JSON object with nothing after it.")
 	}
 	return v.(map[string]any), nil
 }
@@ -95,7 +95,7 @@ func (t *Tool) scanValue(d *jsontext.Decoder, tok jsontext.Token, lim Limits) (a
 	switch tok.Kind() {
 	case '{', '[':
 		if d.StackDepth() > lim.MaxDepth {
-			return nil, Errorf(InputTooLarge, "%s is nested deeper than %d levels.", t.at(string(d.StackPointer())), lim.MaxDepth)
+			return nil, rejection(InputTooLarge, "max_depth", "%s is nested deeper than %d levels.", t.at(string(d.StackPointer())), lim.MaxDepth)
 		}
 	}
 	switch tok.Kind() {
@@ -108,7 +108,7 @@ func (t *Tool) scanValue(d *jsontext.Decoder, tok jsontext.Token, lim Limits) (a
 	case '0':
 		raw := tok.String()
 		if err := checkNumber(raw); err != nil {
-			return nil, Errorf(InvalidInput, "%s %s.", t.at(string(d.StackPointer())), err.Error())
+			return nil, rejection(InvalidInput, "number", "%s %s.", t.at(string(d.StackPointer())), err.Error())
 		}
 		return json.Number(raw), nil
 	case '{':
@@ -146,7 +146,15 @@ func (t *Tool) scanValue(d *jsontext.Decoder, tok jsontext.Token, lim Limits) (a
 			arr = append(arr, v)
 		}
 	}
-	return nil, Errorf(InvalidInput, "The arguments are not valid JSON.")
+	return nil, rejection(InvalidInput, "syntax", "The arguments are not valid JSON.")
+}
+
+// rejection is an error of stages 2–3: INVALID_INPUT or INPUT_TOO_LARGE,
+// with the rule it broke for the rejection metric.
+func rejection(code Code, rule, format string, args ...any) *Error {
+	e := Errorf(code, format, args...)
+	e.rule = rule
+	return e
 }
 
 // checkNumber refuses numbers whose canonical form would not be exact: not
@@ -178,22 +186,22 @@ func (t *Tool) syntaxError(d *jsontext.Decoder, err error) *Error {
 	var se *jsontext.SyntacticError
 	if !errors.As(err, &se) {
 		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-			return Errorf(InvalidInput, "The arguments are not valid JSON: they end too early.")
+			return rejection(InvalidInput, "syntax", "The arguments are not valid JSON: they end too early.")
 		}
-		return Errorf(InvalidInput, "The arguments are not valid JSON.")
+		return rejection(InvalidInput, "syntax", "The arguments are not valid JSON.")
 	}
 	at := t.at(string(se.JSONPointer))
 	switch msg := se.Err.Error(); {
 	case errors.Is(se.Err, jsontext.ErrDuplicateName):
-		return Errorf(InvalidInput, "%s is a duplicate member: each member may appear once.", at)
+		return rejection(InvalidInput, "duplicate_member", "%s is a duplicate member: each member may appear once.", at)
 	case strings.Contains(msg, "UTF-8"):
-		return Errorf(InvalidInput, "%s contains invalid UTF-8.", at)
+		return rejection(InvalidInput, "utf8", "%s contains invalid UTF-8.", at)
 	case strings.Contains(msg, "surrogate"):
-		return Errorf(InvalidInput, "%s contains a lone surrogate escape.", at)
+		return rejection(InvalidInput, "surrogate", "%s contains a lone surrogate escape.", at)
 	case errors.Is(se.Err, io.ErrUnexpectedEOF):
-		return Errorf(InvalidInput, "The arguments are not valid JSON: they end too early.")
+		return rejection(InvalidInput, "syntax", "The arguments are not valid JSON: they end too early.")
 	default:
-		return Errorf(InvalidInput, "The arguments are not valid JSON (syntax error near %s).", at)
+		return rejection(InvalidInput, "syntax", "The arguments are not valid JSON (syntax error near %s).", at)
 	}
 }
 
@@ -254,12 +262,17 @@ func (t *Tool) schemaError(ve *validator.ValidationError) *Error {
 	}
 	walk(ve)
 	if len(leaves) == 0 {
-		return Errorf(InvalidInput, "The arguments do not match the tool's input schema.")
+		return rejection(InvalidInput, "schema", "The arguments do not match the tool's input schema.")
 	}
 	slices.SortStableFunc(leaves, func(a, b *validator.ValidationError) int {
 		return cmp.Compare(rank(a.ErrorKind), rank(b.ErrorKind))
 	})
-	return t.ruleError(leaves[0])
+	e := t.ruleError(leaves[0])
+	if e.rule == "" {
+		kw := leaves[0].ErrorKind.KeywordPath()
+		e.rule = kw[len(kw)-1]
+	}
+	return e
 }
 
 func rank(k validator.ErrorKind) int {
@@ -281,7 +294,7 @@ func (t *Tool) ruleError(e *validator.ValidationError) *Error {
 		for _, p := range k.Properties {
 			for name := range t.names {
 				if strings.EqualFold(p, name) {
-					return Errorf(InvalidInput, "%s has a member that differs from %q only by case; member names are case-sensitive (additionalProperties).", at, name)
+					return rejection(InvalidInput, "case", "%s has a member that differs from %q only by case; member names are case-sensitive (additionalProperties).", at, name)
 				}
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/writerd/writerd/digest"
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/metrics"
 )
 
 // Config wires a Pipeline to its storage. Storage, Keys and Audit must be of
@@ -30,8 +31,9 @@ type Config struct {
 	// CollectEvery is how often Run collects expired records (default 1m).
 	CollectEvery time.Duration
 
-	Logger *slog.Logger     // default: discard
-	Now    func() time.Time // default: time.Now
+	Logger  *slog.Logger     // default: discard
+	Metrics *metrics.Metrics // default: nil, which counts nothing
+	Now     func() time.Time // default: time.Now
 }
 
 // Defaults published in the README.
@@ -110,7 +112,10 @@ func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte)
 		ctx = WithRequestID(ctx, ulid.Make().String())
 	}
 	log := p.log.With("request_id", RequestID(ctx), "principal", c.Principal, "tool", tool, "transport", c.Transport)
-	defer func() { p.logResult(log, res, start) }()
+	defer func() {
+		p.logResult(log, res, start)
+		p.count(tool, res, start)
+	}()
 
 	t, err := p.authorize(c, tool)
 	if err != nil {
@@ -222,6 +227,20 @@ func (p *Pipeline) logResult(log *slog.Logger, res *Result, start time.Time) {
 		return
 	}
 	log.Info("call", attrs...)
+}
+
+// count records a finished call in the metrics, under a bounded tool label.
+func (p *Pipeline) count(tool string, res *Result, start time.Time) {
+	p.mu.RLock()
+	_, known := p.tools[tool]
+	p.mu.RUnlock()
+	if !known {
+		tool = "unknown"
+	}
+	p.cfg.Metrics.Call(tool, string(res.Outcome), time.Since(start))
+	if res.Err != nil && res.Err.rule != "" {
+		p.cfg.Metrics.Rejection(res.Err.rule)
+	}
 }
 
 func msSince(start time.Time) float64 {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -164,6 +166,14 @@ func TestCall_FailureReceiptLost(t *testing.T) {
 	}
 	if e.notes() != 0 || len(e.events()) != 0 || e.record("alice", "k-00000001") != nil {
 		t.Fatal("a write whose receipt was lost left something behind")
+	}
+	lost := `
+# HELP writerd_audit_appends_total Audit events committed (result ok) and lost because their transaction failed (result failed).
+# TYPE writerd_audit_appends_total counter
+writerd_audit_appends_total{result="failed"} 1
+`
+	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(lost), "writerd_audit_appends_total"); err != nil {
+		t.Fatal(err)
 	}
 }
 

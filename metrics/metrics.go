@@ -1,0 +1,111 @@
+// Package metrics holds writerd's Prometheus collectors (DESIGN.md section
+// 9), registered on a registry the caller passes in, so that tests and
+// embedding programs keep their own.
+//
+// Every name starts with writerd_; counters end in _total, durations in
+// _seconds. Labels are bounded: tool names come from the registry (an
+// unknown name counts as "unknown"), outcomes, codes, rules and kinds from
+// fixed sets.
+//
+// All methods are safe on a nil *Metrics, which counts nothing: a pipeline
+// embedded without metrics needs no stand-in.
+//
+// Caveat: nothing serves these yet; /metrics and the transport error
+// counters come with the HTTP transport.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics is the set of writerd's collectors.
+type Metrics struct {
+	calls           *prometheus.CounterVec
+	callSeconds     *prometheus.HistogramVec
+	rejections      *prometheus.CounterVec
+	idempotency     *prometheus.CounterVec
+	auditAppends    *prometheus.CounterVec
+	commitSeconds   prometheus.Histogram
+	commitBatch     prometheus.Histogram
+}
+
+// New creates the collectors and registers them on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "writerd_calls_total", Help: "Tool calls by tool and outcome (ok, replayed, rejected, refused, conflict, error).",
+		}, []string{"tool", "outcome"}),
+		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "writerd_call_duration_seconds", Help: "Time from receiving a tool call to its answer, by tool.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"tool"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "writerd_input_rejections_total", Help: "Calls rejected by the limits or the strict parse, by the rule broken.",
+		}, []string{"reason"}),
+		idempotency: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "writerd_idempotency_results_total", Help: "Idempotency key lookups of write calls, by result (new, replayed, failed, reused, in_use).",
+		}, []string{"result"}),
+		auditAppends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "writerd_audit_appends_total", Help: "Audit events committed (result ok) and lost because their transaction failed (result failed).",
+		}, []string{"result"}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "writerd_store_commit_duration_seconds", Help: "Duration of write transactions, fsync included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "writerd_store_commit_batch_size", Help: "Calls committed per write transaction.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}),
+	}
+	reg.MustRegister(m.calls, m.callSeconds, m.rejections, m.idempotency, m.auditAppends,
+		m.commitSeconds, m.commitBatch)
+	return m
+}
+
+// Call counts a finished call and its latency.
+func (m *Metrics) Call(tool, outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(tool, outcome).Inc()
+	m.callSeconds.WithLabelValues(tool).Observe(d.Seconds())
+}
+
+// Rejection counts a call rejected by the limits or the strict parse.
+func (m *Metrics) Rejection(reason string) {
+	if m != nil {
+		m.rejections.WithLabelValues(reason).Inc()
+	}
+}
+
+// Idempotency counts the result of a key lookup.
+func (m *Metrics) Idempotency(result string) {
+	if m != nil {
+		m.idempotency.WithLabelValues(result).Inc()
+	}
+}
+
+// AuditAppend counts an audit event committed, or lost with its
+// transaction.
+func (m *Metrics) AuditAppend(committed bool) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if !committed {
+		result = "failed"
+	}
+	m.auditAppends.WithLabelValues(result).Inc()
+}
+
+// Commit observes a write transaction: its duration and how many calls it
+// committed.
+func (m *Metrics) Commit(d time.Duration, batch int) {
+	if m == nil {
+		return
+	}
+	m.commitSeconds.Observe(d.Seconds())
+	m.commitBatch.Observe(float64(batch))
+}
