@@ -20,7 +20,6 @@ import (
 	"github.com/writerd/writerd/pipeline/boltdb"
 )
 
-
 // env is a pipeline with the built-in tools on a real bbolt file.
 type env struct {
 	t    testing.TB

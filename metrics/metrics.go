@@ -22,13 +22,13 @@ import (
 
 // Metrics is the set of writerd's collectors.
 type Metrics struct {
-	calls           *prometheus.CounterVec
-	callSeconds     *prometheus.HistogramVec
-	rejections      *prometheus.CounterVec
-	idempotency     *prometheus.CounterVec
-	auditAppends    *prometheus.CounterVec
-	commitSeconds   prometheus.Histogram
-	commitBatch     prometheus.Histogram
+	calls         *prometheus.CounterVec
+	callSeconds   *prometheus.HistogramVec
+	rejections    *prometheus.CounterVec
+	idempotency   *prometheus.CounterVec
+	auditAppends  *prometheus.CounterVec
+	commitSeconds prometheus.Histogram
+	commitBatch   prometheus.Histogram
 }
 
 // New creates the collectors and registers them on reg.
