@@ -38,7 +38,12 @@ func MustStart(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() {
+		if err := db.Bolt().View(boltdb.Check); err != nil {
+			t.Error(err)
+		}
+		db.Close()
+	})
 	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}})
 	if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
 		t.Fatal(err)

@@ -119,3 +119,19 @@ func (Bolt) Collect(tx any, now time.Time, from []byte, limit int) (next []byte,
 	}
 	return next, len(expired), nil
 }
+
+// ForEach calls fn with every record, expired or not, in storage order,
+// stopping at the first error fn returns.
+func (Bolt) ForEach(tx any, fn func(*Record) error) error {
+	b, err := recordBucket(tx)
+	if err != nil {
+		return err
+	}
+	return b.ForEach(func(_, v []byte) error {
+		r, err := unmarshal(v)
+		if err != nil {
+			return fmt.Errorf("idempotency: decode record: %w", err)
+		}
+		return fn(r)
+	})
+}

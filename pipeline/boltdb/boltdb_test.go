@@ -11,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 )
@@ -218,5 +219,22 @@ func TestClosed_Unavailable(t *testing.T) {
 	}
 	if ran {
 		t.Error("fn ran on a closed database")
+	}
+}
+
+// Ensure Check passes a database the pipeline wrote, and names an
+// idempotency record whose audit event is missing.
+func TestCheck(t *testing.T) {
+	db := MustOpen(t, t.TempDir())
+	if err := db.Bolt().View(boltdb.Check); err != nil {
+		t.Fatalf("a new database fails the check: %v", err)
+	}
+	orphan := &idempotency.Record{Principal: "p", Key: "k-orphan1", Digest: "d", AuditID: "01J00000000000000000000000"}
+	if err := db.Update(ctx, func(tx pipeline.Tx) error { return idempotency.Bolt{}.Put(tx, orphan) }); err != nil {
+		t.Fatal(err)
+	}
+	err := db.Bolt().View(boltdb.Check)
+	if err == nil || !strings.Contains(err.Error(), "p/k-orphan1") {
+		t.Fatalf("Check = %v, want the orphan record named", err)
 	}
 }
