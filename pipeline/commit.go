@@ -126,6 +126,9 @@ func (p *Pipeline) fail(ctx context.Context, ev *auditlog.Event, op *Op, start t
 	}
 	recorded := *e
 	recorded.Retry = RetryNewKey // the key is spent on this failure
+	if e.Code == Unavailable {
+		recorded.Message = "The store failed during the write, which was recorded as failed; send the call again later with a new key."
+	}
 	return &Result{RequestID: ev.RequestID, Outcome: outcomeOf(e), AuditID: ev.ID, Err: &recorded}
 }
 

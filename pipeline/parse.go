@@ -210,21 +210,25 @@ func (t *Tool) syntaxError(d *jsontext.Decoder, err error) *Error {
 // array index: names the caller made up are not echoed.
 func (t *Tool) at(ptr string) string {
 	var kept []string
-	for seg := range strings.SplitSeq(strings.TrimPrefix(ptr, "/"), "/") {
-		if ptr == "" {
-			break
+	if ptr != "" {
+		for seg := range strings.SplitSeq(ptr[1:], "/") {
+			if !t.names[unescapePointer.Replace(seg)] && !isIndex(seg) {
+				break
+			}
+			kept = append(kept, seg)
 		}
-		name := strings.NewReplacer("~1", "/", "~0", "~").Replace(seg)
-		if !t.names[name] && !isIndex(seg) {
-			break
-		}
-		kept = append(kept, seg)
 	}
 	if len(kept) == 0 {
 		return "The arguments object"
 	}
 	return "Argument /" + strings.Join(kept, "/")
 }
+
+// The escapes of RFC 6901 JSON Pointer segments.
+var (
+	escapePointer   = strings.NewReplacer("~", "~0", "/", "~1")
+	unescapePointer = strings.NewReplacer("~1", "/", "~0", "~")
+)
 
 func isIndex(seg string) bool {
 	_, err := strconv.ParseUint(seg, 10, 32)
@@ -235,7 +239,7 @@ func pointer(loc []string) string {
 	var b strings.Builder
 	for _, seg := range loc {
 		b.WriteByte('/')
-		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(seg))
+		b.WriteString(escapePointer.Replace(seg))
 	}
 	return b.String()
 }

@@ -267,7 +267,7 @@ func (t *Tool) decode(args []byte) (any, error) {
 	return in, nil
 }
 
-// Tools returns the names of tools sorted, for stable listings.
+// sortTools sorts tools by name, for stable listings.
 func sortTools(ts []*Tool) {
 	slices.SortFunc(ts, func(a, b *Tool) int { return strings.Compare(a.Name, b.Name) })
 }
