@@ -14,7 +14,12 @@
 // structuredContent. _meta carries writerd/request_id, writerd/audit_id and,
 // on a replay, writerd/replayed.
 //
+// Stdio is the stdio transport: the SDK's, behind a filter that answers a
+// frame the SDK could not decode with a JSON-RPC error instead of letting
+// the SDK end the session.
+//
 // Caveats, from the SDK (v1.8): it does not recover panics in handlers, so a
 // receiving middleware does; a plain Go error from a handler would reach the
-// client word for word, so the tool handler never returns one.
+// client word for word, so the tool handler never returns one. A frame that
+// is valid JSON but not a JSON-RPC message still ends the session.
 package mcp

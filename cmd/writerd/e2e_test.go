@@ -185,6 +185,7 @@ func TestRejections(t *testing.T) {
 		{"integer 2^53", `{"idempotency_key":"k-00000001","name":"` + marker + `","project_id":"01J00000000000000000000000","expected_revision":9007199254740992}`, "INVALID_INPUT"},
 		{"deep nesting", deep, "INPUT_TOO_LARGE"},
 		{"oversize", big, "INPUT_TOO_LARGE"},
+		{"oversize, 4 MiB", `{"idempotency_key":"k-00000001","name":"a","description":"` + strings.Repeat(marker, 400<<10) + `"}`, "INPUT_TOO_LARGE"},
 		{"bad UTF-8", "{\"idempotency_key\":\"k-00000001\",\"name\":\"" + marker + "\xff\"}", "INVALID_INPUT"},
 		{"lone surrogate", `{"idempotency_key":"k-00000001","name":"` + marker + `\ud800"}`, "INVALID_INPUT"},
 		{"wrong type", `{"idempotency_key":"k-00000001","name":"a","labels":"` + marker + `"}`, "INVALID_INPUT"},
@@ -218,11 +219,11 @@ func TestRejections(t *testing.T) {
 	}
 }
 
-// Ensure trailing data after the arguments cannot reach a handler. No
-// client library sends such a frame, so this test writes the JSON-RPC lines
-// itself. The frame is not valid JSON: the SDK's stream decoder cannot find
-// the next frame after it, so the session ends, with nothing written.
-func TestRejections_TrailingData(t *testing.T) {
+// Ensure frames the SDK could not decode never reach a handler, and do not
+// end the session: trailing data after the arguments, nesting deeper than
+// the SDK decodes, a frame over the line limit. No client library sends
+// such frames, so this test writes the JSON-RPC lines itself.
+func TestRejections_MalformedFrames(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(binary, "serve", "--stdio", "--data", dir)
 	stdin, err := cmd.StdinPipe()
@@ -237,24 +238,56 @@ func TestRejections_TrailingData(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := bufio.NewScanner(stdout)
-	send := func(frame string) { io.WriteString(stdin, frame+"\n") }
-	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	if !lines.Scan() || !strings.Contains(lines.Text(), `"result"`) {
-		t.Fatalf("initialize failed: %q", lines.Text())
-	}
-	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_project","arguments":{"idempotency_key":"k-00000001","name":"a"} {"name":"b"}}}`)
-	for lines.Scan() {
+	receive := func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("the session ended: %v", lines.Err())
+		}
 		var m map[string]any
 		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
 			t.Fatalf("stdout holds a line that is not JSON: %q", lines.Text())
 		}
-		if m["result"] != nil {
-			t.Fatalf("a frame with trailing data got a result: %v", m)
+		return m
+	}
+	go func() {
+		call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"create_project","arguments":%s}}` + "\n"
+		for _, frame := range []string{
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}` + "\n",
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n",
+			fmt.Sprintf(call, 2, `{"idempotency_key":"k-00000001","name":"a"} {"name":"`+marker+`"}`),
+			fmt.Sprintf(call, 3, `{"idempotency_key":"k-00000001","name":"a"}} x`),
+			fmt.Sprintf(call, 4, `{"idempotency_key":"k-00000001","name":"a","labels":`+strings.Repeat("[", 1200)+strings.Repeat("]", 1200)+`}`),
+			fmt.Sprintf(call, 5, `{"idempotency_key":"k-00000001","name":"a","description":"`+strings.Repeat("x", 17<<20)+`"}`),
+			`{"jsonrpc":"2.0","id":6,"method":"tools/list"}` + "\n",
+		} {
+			io.WriteString(stdin, frame)
 		}
+	}()
+	// Answers come in no fixed order; a refusal is written as its frame is
+	// read, before the frames after it reach the server.
+	initialized, refused := false, 0
+	for {
+		m := receive()
+		if m["id"] == 1.0 {
+			initialized = m["result"] != nil
+			continue
+		}
+		if m["id"] == 6.0 {
+			if m["result"] == nil || !initialized || refused != 4 {
+				t.Fatalf("tools/list after %d refused frames (initialized %v): %v", refused, initialized, m)
+			}
+			break
+		}
+		e, _ := m["error"].(map[string]any)
+		if m["result"] != nil || m["id"] != nil || e == nil || strings.Contains(fmt.Sprint(e), marker) {
+			t.Fatalf("a malformed frame was answered with %v", m)
+		}
+		refused++
 	}
 	stdin.Close()
-	cmd.Wait()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("writerd exited with %v", err)
+	}
 	s := MustOpenStore(t, dir)
 	if n, e, k := s.count("projects"), len(s.events()), s.count("idempotency"); n+e+k != 0 {
 		t.Fatalf("projects %d events %d keys %d, want none", n, e, k)

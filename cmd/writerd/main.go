@@ -23,12 +23,12 @@ var Version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // run executes one subcommand and returns the exit code: 0 on success, 1 on
 // failure, 2 on a usage error.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -36,7 +36,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "serve":
-		err = (&ServeCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
+		err = (&ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	case "version":
 		err = (&VersionCommand{Stdout: stdout}).Run(ctx, rest)
 	case "help", "-h", "-help", "--help":

@@ -32,6 +32,7 @@ var (
 
 // ServeCommand serves the tools.
 type ServeCommand struct {
+	Stdin          io.ReadCloser
 	Stdout, Stderr io.Writer
 
 	stdio     bool
@@ -109,8 +110,11 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		Version: Version, Logger: log,
 		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller },
 	})
-	// A frame holds the arguments, escaped at most sixfold, and the envelope.
-	err = srv.Run(ctx, &sdk.StdioTransport{MaxLineLength: 6*c.limits.MaxBytes + 64<<10})
+	// The frame limit stays well above --max-bytes, so that an oversized
+	// call is answered with INPUT_TOO_LARGE: a frame holds the arguments
+	// escaped at most sixfold (\u0000 for a byte).
+	maxFrame := max(sdk.DefaultMaxLineLength, 6*c.limits.MaxBytes+64<<10)
+	err = srv.Run(ctx, mcp.Stdio(c.Stdin, c.Stdout, maxFrame, log))
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
 		log.Error("stdio transport", "kind", mcp.TransportErrorKind(err), "cause", mcp.TransportError(err))
 		return errors.New("serve: the stdio transport failed")
