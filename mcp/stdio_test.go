@@ -26,8 +26,8 @@ func TestStdio_RefusesUndecodableFrames(t *testing.T) {
 		``, // a blank line is skipped
 		`{"jsonrpc":"2.0","id":3,"method":"ping","params":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `}`,
 		`{"jsonrpc":"2.0","id":4,"method":"ping","params":{"x":"` + strings.Repeat(secret, 400) + `"}}`, // over maxFrame
-		"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\",\"params\":{\"x\":\"\xff\"}}\r", // CRLF; bad UTF-8 is the pipeline's to refuse
-		`{"jsonrpc":"2.0","id":6,"method":"ping"}`, // no final newline
+		"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\",\"params\":{\"x\":\"\xff\"}}\r",              // CRLF; bad UTF-8 is the pipeline's to refuse
+		`{"jsonrpc":"2.0","id":6,"method":"ping"}`,                                                      // no final newline
 	}, "\n")
 	var out, log bytes.Buffer
 	conn, err := mcp.Stdio(io.NopCloser(strings.NewReader(in)), &out, 3000, slog.New(slog.NewJSONHandler(&log, nil))).Connect(context.Background())
