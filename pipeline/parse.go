@@ -201,7 +201,7 @@ func (t *Tool) syntaxError(d *jsontext.Decoder, err error) *Error {
 	case errors.Is(se.Err, io.ErrUnexpectedEOF):
 		return rejection(InvalidInput, "syntax", "The arguments are not valid JSON: they end too early.")
 	default:
-		return rejection(InvalidInput, "syntax", "The arguments are not valid JSON (syntax error near %s).", at)
+		return rejection(InvalidInput, "syntax", "%s is not valid JSON (syntax).", at)
 	}
 }
 

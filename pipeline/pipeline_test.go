@@ -247,6 +247,8 @@ func TestCall_RejectionNamesArgumentAndRule(t *testing.T) {
 		{`{"idempotency_key":"k-00000001","text":"a","tags":["a",1]}`, "Argument /tags/1 must be of type string (type)."},
 		{`{"idempotency_key":"k-00000001","text":"a","text":"b"}`, "Argument /text is a duplicate member"},
 		{`{"idempotency_key":"k-00000001"}`, `lacks the required member "text" (required)`},
+		{`{"idempotency_key":"k-00000001","text":tru}`, "Argument /text is not valid JSON (syntax)."},
+		{`{"idempotency_key":"k-00000001","zzSECRETzz":tru}`, "The arguments object is not valid JSON (syntax)."},
 	}
 	for _, tt := range tests {
 		r := e.call(alice, "put_note", tt.args)
