@@ -1,17 +1,3 @@
-// Package metrics holds writerd's Prometheus collectors (DESIGN.md section
-// 9), registered on a registry the caller passes in, so that tests and
-// embedding programs keep their own.
-//
-// Every name starts with writerd_; counters end in _total, durations in
-// _seconds. Labels are bounded: tool names come from the registry (an
-// unknown name counts as "unknown"), outcomes, codes, rules and kinds from
-// fixed sets.
-//
-// All methods are safe on a nil *Metrics, which counts nothing: a pipeline
-// embedded without metrics needs no stand-in.
-//
-// Caveat: nothing serves these yet; /metrics and the transport error
-// counters come with the HTTP transport.
 package metrics
 
 import (

@@ -1,0 +1,17 @@
+// Package boltstore is the domain store of the built-in tools on bbolt: it
+// implements handlers.Store inside the caller's transaction, so a tool's
+// change commits together with the call's idempotency record and audit
+// event.
+//
+// Layout: "projects" maps a project id to the project's JSON;
+// "project_names" maps each name to its project's id, which keeps names
+// unique; "records" maps a project id followed by a record id to the
+// record's JSON. Ids are ULIDs of fixed length, so a project's records are
+// one key range in id order (creation order), which lists scan and which
+// DeleteProject probes with one seek.
+//
+// Caveats: entities are stored as the JSON of handlers.Project and
+// handlers.Record, so a change to those types is a change of the stored
+// format. Init must have run (in a writable transaction) before any other
+// method.
+package boltstore
