@@ -396,3 +396,18 @@ func TestLogs(t *testing.T) {
 		t.Fatal("the log holds an argument value or the data directory")
 	}
 }
+
+// Ensure --principal names who stdio calls act as: the audit event and the
+// idempotency record carry it.
+func TestServe_Principal(t *testing.T) {
+	d := mustStartWith(t, daemonConfig{args: []string{"--principal", "ci-agent"}})
+	mustSucceed(t, d.Call("create_project", `{"idempotency_key":"k-00000001","name":"alpha"}`))
+	d.Stop()
+	s := MustOpenStore(t, d.dir)
+	if evs := s.events(); len(evs) != 1 || evs[0].Principal != "ci-agent" || evs[0].Transport != "stdio" {
+		t.Fatalf("events %+v", evs)
+	}
+	if s.record("ci-agent", "k-00000001") == nil || s.record("local", "k-00000001") != nil {
+		t.Fatal("the key is not scoped by the principal given")
+	}
+}
