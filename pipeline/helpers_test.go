@@ -18,6 +18,11 @@ import (
 	"github.com/writerd/writerd/pipeline/boltdb"
 )
 
+// A put_note with "fail": "slow" signals slowStarted once it runs, then
+// waits for slowRelease: a handler that holds its key as long as a test
+// needs, without timing guesses.
+var slowStarted, slowRelease = make(chan struct{}, 1), make(chan struct{})
+
 // The test tools write notes into a bucket of their own: enough of a domain
 // to show what the pipeline commits and what it rolls back.
 var notesBucket = []byte("notes")
@@ -79,7 +84,9 @@ func testTools() []*pipeline.Tool {
 				case "nil-result":
 					return nil, nil
 				case "slow":
-					time.Sleep(time.Second)
+					// Hold the key until the test lets go.
+					slowStarted <- struct{}{}
+					<-slowRelease
 				}
 				return out, nil
 			},

@@ -291,8 +291,9 @@ func TestCall_KeyInUse(t *testing.T) {
 	e := MustEnvWait(t, nil, 50*time.Millisecond)
 	slow := make(chan *pipeline.Result)
 	go func() { slow <- e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a","fail":"slow"}`) }()
-	time.Sleep(200 * time.Millisecond) // the slow call holds the key for a second
+	<-slowStarted // the first call holds the key until slowRelease
 	r := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a","fail":"slow"}`)
+	slowRelease <- struct{}{}
 	mustCode(t, r, pipeline.KeyInUse, pipeline.RetrySameKey)
 	mustOK(t, <-slow)
 	if e.notes() != 1 || len(e.events()) != 1 {
