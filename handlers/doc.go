@@ -9,8 +9,8 @@
 // result or one of the domain codes NOT_FOUND, REVISION_CONFLICT,
 // ALREADY_EXISTS, RECORD_LOCKED and PROJECT_NOT_EMPTY. Its input has already
 // been parsed strictly against the schema generated from its input type, so
-// handlers check only what a schema cannot: existence, revisions, unique
-// names and locks. Every entity a write changes, and the entity a refusal is
+// handlers check only what a schema cannot: existence, revisions and locks
+// (the Store keeps names unique). Every entity a write changes, and the entity a refusal is
 // about, is named to the pipeline with Op.Touch for the audit event.
 //
 // The Store interface is owned here, so that a second backend can be added

@@ -17,14 +17,16 @@ func (h *handler) project(op *pipeline.Op, id string) (*Project, error) {
 	return p, nil
 }
 
-// claimName refuses name if a project other than the one with id holds it,
-// naming the holder as the refusal's target.
-func (h *handler) claimName(op *pipeline.Op, id, name string) error {
-	holder, err := h.s.ProjectByName(op.Tx, name)
-	if err != nil || holder == nil || holder.ID == id {
-		return err
+// putProject stores p. The store keeps names unique; when it refuses p's
+// name, the project holding it is named as the refusal's target too.
+func (h *handler) putProject(op *pipeline.Op, p *Project) error {
+	err := h.s.PutProject(op.Tx, p)
+	if pipeline.ErrorCode(err) == pipeline.AlreadyExists {
+		if holder, lookupErr := h.s.ProjectByName(op.Tx, p.Name); lookupErr == nil && holder != nil {
+			touch(op, holder)
+		}
 	}
-	return refuse(op, holder, NameTaken())
+	return err
 }
 
 func (h *handler) createProject(_ context.Context, op *pipeline.Op, in *CreateProjectInput) (*ProjectResult, error) {
@@ -38,10 +40,7 @@ func (h *handler) createProject(_ context.Context, op *pipeline.Op, in *CreatePr
 		CreatedAt:   now,
 		UpdatedAt:   now,
 	}
-	if err := h.claimName(op, p.ID, p.Name); err != nil {
-		return nil, err
-	}
-	if err := h.s.PutProject(op.Tx, p); err != nil {
+	if err := h.putProject(op, p); err != nil {
 		return nil, err
 	}
 	touch(op, p)
@@ -56,25 +55,23 @@ func (h *handler) updateProject(_ context.Context, op *pipeline.Op, in *UpdatePr
 	if err := checkRevision(op, p, &in.ExpectedRevision); err != nil {
 		return nil, err
 	}
+	next := *p // p stays as stored, for the target of a refusal
 	if in.Name != nil {
-		if err := h.claimName(op, p.ID, *in.Name); err != nil {
-			return nil, refuse(op, p, err)
-		}
-		p.Name = *in.Name
+		next.Name = *in.Name
 	}
 	if in.Description != nil {
-		p.Description = *in.Description
+		next.Description = *in.Description
 	}
 	if in.Labels != nil {
-		p.Labels = orEmpty(*in.Labels)
+		next.Labels = orEmpty(*in.Labels)
 	}
-	p.Revision++
-	p.UpdatedAt = op.Now.UTC()
-	if err := h.s.PutProject(op.Tx, p); err != nil {
-		return nil, err
+	next.Revision++
+	next.UpdatedAt = op.Now.UTC()
+	if err := h.putProject(op, &next); err != nil {
+		return nil, refuse(op, p, err)
 	}
-	touch(op, p)
-	return &ProjectResult{Project: p}, nil
+	touch(op, &next)
+	return &ProjectResult{Project: &next}, nil
 }
 
 func (h *handler) deleteProject(_ context.Context, op *pipeline.Op, in *DeleteProjectInput) (*DeletedResult, error) {

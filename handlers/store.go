@@ -14,7 +14,8 @@ type Store interface {
 	// Project returns NOT_FOUND (ProjectNotFound) if there is no project
 	// with the id.
 	Project(tx pipeline.Tx, id string) (*Project, error)
-	// ProjectByName returns the project with exactly this name, or nil.
+	// ProjectByName returns the project with exactly this name, or nil. It
+	// names the holder of a taken name in a refusal's audit event.
 	ProjectByName(tx pipeline.Tx, name string) (*Project, error)
 	// PutProject creates or replaces p, keeping names unique: it returns
 	// ALREADY_EXISTS (NameTaken) if another project holds p.Name.
