@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/writerd/writerd/pipeline"
 )
 
 // Ensure every call is counted once under its tool and outcome, rejections
@@ -18,13 +20,14 @@ func TestCall_Metrics(t *testing.T) {
 	e.call(alice, "put_note", `{"idempotency_key":"k-00000002","text":"`+strings.Repeat("x", 51)+`"}`)
 	e.call(alice, "put_note", `{"idempotency_key":"k-00000003","text":"a","fail":"conflict"}`)
 	e.call(alice, "no_such_tool", `{}`)
+	e.call(pipeline.Caller{Principal: "r", Scopes: pipeline.ScopeRead}, "put_note", `{}`)
 	want := `
 # HELP writerd_calls_total Tool calls by tool and outcome (ok, replayed, rejected, refused, conflict, error).
 # TYPE writerd_calls_total counter
 writerd_calls_total{outcome="conflict",tool="put_note"} 1
 writerd_calls_total{outcome="ok",tool="put_note"} 1
 writerd_calls_total{outcome="refused",tool="put_note"} 1
-writerd_calls_total{outcome="rejected",tool="put_note"} 2
+writerd_calls_total{outcome="rejected",tool="put_note"} 3
 writerd_calls_total{outcome="rejected",tool="unknown"} 1
 writerd_calls_total{outcome="replayed",tool="put_note"} 1
 # HELP writerd_input_rejections_total Calls rejected by the limits or the strict parse, by the rule broken.

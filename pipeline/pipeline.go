@@ -112,9 +112,10 @@ func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte)
 		ctx = WithRequestID(ctx, ulid.Make().String())
 	}
 	log := p.log.With("request_id", RequestID(ctx), "principal", c.Principal, "tool", tool, "transport", c.Transport)
+	var t *Tool
 	defer func() {
 		p.logResult(log, res, start)
-		p.count(tool, res, start)
+		p.count(t, res, start)
 	}()
 
 	t, err := p.authorize(c, tool)
@@ -141,7 +142,8 @@ func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte)
 	return p.write(ctx, c, t, in, d, start)
 }
 
-// authorize is stage 1.
+// authorize is stage 1. It returns the tool whenever it exists, a denied
+// call's too, so that the call counts under its tool.
 func (p *Pipeline) authorize(c Caller, name string) (*Tool, error) {
 	p.mu.RLock()
 	t, ok := p.tools[name]
@@ -154,7 +156,7 @@ func (p *Pipeline) authorize(c Caller, name string) (*Tool, error) {
 		need = ScopeRead
 	}
 	if !c.Scopes.Has(need) {
-		return nil, Errorf(PermissionDenied, "The caller's scopes do not allow this tool.")
+		return t, Errorf(PermissionDenied, "The caller's scopes do not allow this tool.")
 	}
 	return t, nil
 }
@@ -229,13 +231,12 @@ func (p *Pipeline) logResult(log *slog.Logger, res *Result, start time.Time) {
 	log.Info("call", attrs...)
 }
 
-// count records a finished call in the metrics, under a bounded tool label.
-func (p *Pipeline) count(tool string, res *Result, start time.Time) {
-	p.mu.RLock()
-	_, known := p.tools[tool]
-	p.mu.RUnlock()
-	if !known {
-		tool = "unknown"
+// count records a finished call in the metrics. A call for no registered
+// tool (t nil) counts as "unknown", so that the tool label stays bounded.
+func (p *Pipeline) count(t *Tool, res *Result, start time.Time) {
+	tool := "unknown"
+	if t != nil {
+		tool = t.Name
 	}
 	p.cfg.Metrics.Call(tool, string(res.Outcome), time.Since(start))
 	if res.Err != nil && res.Err.rule != "" {
