@@ -58,7 +58,9 @@ func toolOf(t *pipeline.Tool) *sdk.Tool {
 		OpenWorldHint:  &closed,
 	}
 	if !t.ReadOnly {
-		destructive := t.Destructive
+		// An update overwrites what was there: destructive in MCP's sense,
+		// though only deletions need "confirm".
+		destructive := t.Destructive || t.Overwrites
 		a.DestructiveHint = &destructive
 	}
 	return &sdk.Tool{

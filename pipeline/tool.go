@@ -49,8 +49,13 @@ type Spec[In, Out any] struct {
 	// write no audit event. Every other tool is a write tool: In must embed
 	// Key.
 	ReadOnly bool
-	// Destructive write tools must embed Confirm in In, and have a Preview.
+	// Destructive write tools delete: they must embed Confirm in In, and
+	// have a Preview.
 	Destructive bool
+	// Overwrites marks a write tool that changes or replaces existing data
+	// without deleting it (an update). It needs no confirmation, but
+	// clients are told the truth: it is advertised as destructive.
+	Overwrites bool
 	// Run is the handler. It returns the result, or an *Error with one of
 	// the codes a handler may return (NOT_FOUND, REVISION_CONFLICT,
 	// ALREADY_EXISTS, RECORD_LOCKED, PROJECT_NOT_EMPTY); any other error,
@@ -68,7 +73,8 @@ type Tool struct {
 	Title       string
 	Description string
 	ReadOnly    bool
-	Destructive bool
+	Destructive bool // deletes: needs "confirm": true
+	Overwrites  bool // changes existing data without deleting it
 	// InputSchema and OutputSchema are the JSON Schemas (draft 2020-12)
 	// generated from the Go types: the advertised ones are the enforced ones.
 	InputSchema  json.RawMessage
@@ -95,12 +101,14 @@ func Define[In, Out any](s Spec[In, Out]) (*Tool, error) {
 		return nil, fmt.Errorf("pipeline: tool %s: a read tool takes no idempotency key", s.Name)
 	case !s.ReadOnly && !isKeyed:
 		return nil, fmt.Errorf("pipeline: tool %s: a write tool's input must embed pipeline.Key", s.Name)
+	case s.ReadOnly && s.Overwrites:
+		return nil, fmt.Errorf("pipeline: tool %s: a read tool overwrites nothing", s.Name)
 	case s.Destructive && (s.ReadOnly || !isConfirmable || s.Preview == nil):
 		return nil, fmt.Errorf("pipeline: tool %s: a destructive tool is a write tool that embeds pipeline.Confirm and has a Preview", s.Name)
 	}
 	t := &Tool{
 		Name: s.Name, Title: s.Title, Description: s.Description,
-		ReadOnly: s.ReadOnly, Destructive: s.Destructive,
+		ReadOnly: s.ReadOnly, Destructive: s.Destructive, Overwrites: s.Overwrites,
 		newInput: func() any { return new(In) },
 		run: func(ctx context.Context, op *Op, in any) (any, error) {
 			out, err := s.Run(ctx, op, in.(*In))
