@@ -64,7 +64,22 @@ func (t *Tool) parse(args []byte, lim Limits) (in any, canonical []byte, err err
 	if in, err = t.decode(canonical); err != nil {
 		return nil, nil, Wrap(Internal, fmt.Errorf("decode checked arguments: %w", err), InternalMessage)
 	}
+	if v, ok := in.(Validator); ok {
+		if err := v.Validate(); err != nil {
+			return nil, nil, validateError(err)
+		}
+	}
 	return in, canonical, nil
+}
+
+// validateError passes on the rejection an input's Validate made with
+// Invalid; anything else is a bug of the tool's, not the caller's.
+func validateError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) && e.Code == InvalidInput && e.rule != "" {
+		return e
+	}
+	return Wrap(Internal, fmt.Errorf("validate checked arguments: %w", err), InternalMessage)
 }
 
 // scan reads the arguments token by token and builds the tree the schema
@@ -147,6 +162,15 @@ func (t *Tool) scanValue(d *jsontext.Decoder, tok jsontext.Token, lim Limits) (a
 		}
 	}
 	return nil, rejection(InvalidInput, "syntax", "The arguments are not valid JSON.")
+}
+
+// Invalid returns the INVALID_INPUT of an input's Validate (see Validator).
+// rule is a fixed word naming the rule broken: it labels the rejection
+// metric, so it must come from a small set. format is the sentence for the
+// agent: it names the argument by JSON Pointer and the rule, and never
+// interpolates a value the caller sent.
+func Invalid(rule, format string, args ...any) *Error {
+	return rejection(InvalidInput, rule, format, args...)
 }
 
 // rejection is an error of stages 2–3: INVALID_INPUT or INPUT_TOO_LARGE,

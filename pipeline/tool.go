@@ -38,6 +38,17 @@ func (c *Confirm) confirmed() bool { return c.Confirm }
 
 type confirmable interface{ confirmed() bool }
 
+// Validator is implemented by an input type with rules its schema cannot
+// state, such as Unicode character classes or normal forms. The strict parse
+// (stage 3) calls Validate on the decoded input once the schema has passed,
+// so a refusal is a stage-3 rejection: nothing written, no audit event, the
+// key unused. Validate may normalise the input in place, and the handler
+// then sees the normalised value; the request digest is still that of the
+// arguments as sent. It returns nil or an *Error made by Invalid; any other
+// error is INTERNAL. Implement it on the pointer type the pipeline decodes
+// into (*In).
+type Validator interface{ Validate() error }
+
 // Spec describes a tool: its name, its kind and its handler. In and Out are
 // the Go types its input and output schemas are generated from; the input
 // schema is the one the strict parse enforces and tools/list advertises.
