@@ -14,12 +14,26 @@
 // structuredContent. _meta carries writerd/request_id, writerd/audit_id and,
 // on a replay, writerd/replayed.
 //
-// Stdio is the stdio transport: the SDK's, behind a filter that answers a
-// frame the SDK could not decode with a JSON-RPC error instead of letting
-// the SDK end the session.
+// Gate is the one check every JSON-RPC frame passes before the SDK sees
+// it, on every transport (DESIGN.md section 8): one object in UTF-8 with
+// "jsonrpc": "2.0", no duplicate member at any depth, an id that is absent,
+// a string or an integer within ±(2^53−1), a string method, no batch. A
+// refused frame is answered with a JSON-RPC error of a fixed message (id
+// null unless the id could be read), and the session goes on. Answers carry
+// the id exactly as the client sent it, and every JSON-RPC error the SDK
+// answers with gets the fixed message of its code (publicError): the SDK's
+// own messages echo method names, tool names and params.
+//
+// Stdio is the stdio transport: the Gate in front of the SDK, ids of its
+// own towards the SDK, and a drain that answers every request read before
+// the client closed stdin.
+//
+// Logs: the SDK logs values a client sent; the handler given to it keeps
+// only fixed messages, the session id and an error's kind. A transport
+// error is logged as its kind and a fixed description, never its text.
 //
 // Caveats, from the SDK (v1.8): it does not recover panics in handlers, so a
 // receiving middleware does; a plain Go error from a handler would reach the
-// client word for word, so the tool handler never returns one. A frame that
-// is valid JSON but not a JSON-RPC message still ends the session.
+// client word for word, so the tool handler never returns one; it accepts
+// any logging/setLevel level, so a middleware refuses unknown ones.
 package mcp

@@ -13,9 +13,6 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// maxErrorText is where a logged transport error is cut.
-const maxErrorText = 200
-
 // TransportErrorKind classifies a transport error for the log and for
 // counting: closed, cancelled, frame_too_large, malformed_frame or other.
 // The SDK exports few of its errors, so some kinds are told by their text.
@@ -36,42 +33,73 @@ func TransportErrorKind(err error) string {
 	return "other"
 }
 
-// TransportError is how a transport error's message is logged: cut before
-// any JSON (which may hold a client's arguments) and at 200 characters.
-func TransportError(err error) string {
-	msg := err.Error()
-	if i := strings.IndexAny(msg, "{["); i >= 0 {
-		msg = strings.TrimSpace(msg[:i]) + " …"
-	}
-	if len(msg) > maxErrorText {
-		msg = strings.ToValidUTF8(msg[:maxErrorText], "") + "…"
-	}
-	return msg
+// transportDescriptions are the fixed descriptions logged beside a
+// transport error's kind. An error's own text may quote what a client
+// sent (a method name, a frame), so it is never logged.
+var transportDescriptions = map[string]string{
+	"closed":          "The connection was closed.",
+	"cancelled":       "The operation was cancelled.",
+	"frame_too_large": "A frame was larger than the transport accepts.",
+	"malformed_frame": "A frame could not be decoded.",
+	"other":           "The transport failed.",
 }
 
-// transportErrors is the slog handler given to the SDK: it logs every error
-// the SDK logs as its kind and its message cut by TransportError, so that no
-// message or argument a client sent reaches the log through it.
-type transportErrors struct{ slog.Handler }
+// TransportError is how a transport error is logged: the fixed
+// description of its kind, never its own text.
+func TransportError(err error) string {
+	return transportDescriptions[TransportErrorKind(err)]
+}
 
-func (h transportErrors) Handle(ctx context.Context, r slog.Record) error {
-	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+// sdkMessages are the SDK's log messages that are fixed text. Any other
+// message the SDK logs was formatted with values (a method a client named,
+// an error's text) and is logged as "mcp sdk event".
+var sdkMessages = map[string]bool{
+	"server run start": true, "server run cancelled": true, "server connecting": true,
+	"server connect failed": true, "server connect error": true,
+	"server session connected": true, "server session disconnected": true,
+	"server session ended": true, "server session ended with error": true,
+	"session initialized": true, "client log level set": true,
+	"initialized before initialize": true, "duplicate initialize request": true,
+	"duplicate initialized notification": true, "method invalid during initialization": true,
+	"method removed in the new protocol": true, "jsonrpc2 internal error": true,
+	"keepalive ping failed; tolerating below threshold": true, "keepalive ping failed; closing session": true,
+	"excluding tool from tools/list": true, "excluding nil tool from tools/list": true,
+	"handler returned both content and inputRequests": true,
+	"resource subscribed":                             true, "resource unsubscribed": true, "resource updated notification sent": true,
+}
+
+// sdkLog is the slog handler given to the SDK. The SDK logs values a
+// client sent (a method name, a log level, a resource URI, errors that
+// quote a frame) and keys of its own that clash with ours ("level"), so
+// this handler keeps only what is known to be safe: a fixed message, the
+// session id (the server's own), and for an error its kind and fixed
+// description. Every line is marked as the MCP component's.
+type sdkLog struct{ slog.Handler }
+
+func (h sdkLog) Handle(ctx context.Context, r slog.Record) error {
+	msg := r.Message
+	if !sdkMessages[msg] {
+		msg = "mcp sdk event"
+	}
+	out := slog.NewRecord(r.Time, r.Level, msg, r.PC)
+	described := false
 	r.Attrs(func(a slog.Attr) bool {
-		if err, ok := a.Value.Any().(error); ok {
-			out.AddAttrs(slog.String(a.Key+"_kind", TransportErrorKind(err)))
-			a = slog.String(a.Key, TransportError(err))
+		switch err, isErr := a.Value.Any().(error); {
+		case isErr && !described:
+			kind := TransportErrorKind(err)
+			out.AddAttrs(slog.String("kind", kind), slog.String("description", transportDescriptions[kind]))
+			described = true
+		case a.Key == "session_id":
+			out.AddAttrs(a)
 		}
-		out.AddAttrs(a)
 		return true
 	})
 	out.AddAttrs(slog.String("component", "mcp"))
 	return h.Handler.Handle(ctx, out)
 }
 
-func (h transportErrors) WithAttrs(as []slog.Attr) slog.Handler {
-	return transportErrors{h.Handler.WithAttrs(as)}
-}
+// WithAttrs drops the attributes: the SDK adds none that are known safe.
+func (h sdkLog) WithAttrs([]slog.Attr) slog.Handler { return h }
 
-func (h transportErrors) WithGroup(name string) slog.Handler {
-	return transportErrors{h.Handler.WithGroup(name)}
-}
+// WithGroup is ignored, so that a group never nests a line's keys.
+func (h sdkLog) WithGroup(string) slog.Handler { return h }

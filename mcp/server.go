@@ -39,9 +39,9 @@ func NewServer(p *pipeline.Pipeline, opts Options) *sdk.Server {
 		opts.Name = "writerd"
 	}
 	srv := sdk.NewServer(&sdk.Implementation{Name: opts.Name, Version: opts.Version}, &sdk.ServerOptions{
-		Logger: slog.New(transportErrors{opts.Logger.Handler()}),
+		Logger: slog.New(sdkLog{opts.Logger.Handler()}),
 	})
-	srv.AddReceivingMiddleware(guard(opts.Logger))
+	srv.AddReceivingMiddleware(guard(opts.Logger), checkLogLevel)
 	for _, t := range p.Tools() {
 		srv.AddTool(toolOf(t), handler(p, opts.Caller))
 	}
@@ -120,7 +120,7 @@ func guard(log *slog.Logger) sdk.Middleware {
 				if r == nil {
 					return
 				}
-				log.Error("panic in MCP method", "request_id", id, "method", method,
+				log.Error("panic in MCP method", "request_id", id, "method", knownMethod(method),
 					"cause", fmt.Sprintf("%v\n%s", r, debug.Stack()))
 				if method == "tools/call" {
 					res, err = Render(&pipeline.Result{RequestID: id, Outcome: pipeline.OutcomeError,
@@ -132,4 +132,39 @@ func guard(log *slog.Logger) sdk.Middleware {
 			return next(ctx, method, req)
 		}
 	}
+}
+
+// logLevels are the levels of MCP's logging/setLevel (RFC 5424 severities).
+var logLevels = map[sdk.LoggingLevel]bool{
+	"debug": true, "info": true, "notice": true, "warning": true,
+	"error": true, "critical": true, "alert": true, "emergency": true,
+}
+
+// checkLogLevel refuses a logging/setLevel whose level is not one of
+// MCP's: the SDK would take any string.
+func checkLogLevel(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if p, ok := req.GetParams().(*sdk.SetLoggingLevelParams); ok && method == "logging/setLevel" && !logLevels[p.Level] {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Invalid params."}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// methods are the MCP methods the server handles. A method name a client
+// sent is logged only if it is one of them.
+var methods = map[string]bool{
+	"initialize": true, "ping": true, "server/discover": true, "tools/list": true, "tools/call": true,
+	"logging/setLevel": true, "prompts/list": true, "prompts/get": true, "resources/list": true,
+	"resources/read": true, "resources/templates/list": true, "resources/subscribe": true,
+	"resources/unsubscribe": true, "completion/complete": true,
+	"notifications/initialized": true, "notifications/cancelled": true,
+	"notifications/roots/list_changed": true, "notifications/progress": true,
+}
+
+func knownMethod(m string) string {
+	if methods[m] {
+		return m
+	}
+	return "other"
 }

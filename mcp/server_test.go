@@ -109,8 +109,8 @@ func TestListTools(t *testing.T) {
 			t.Errorf("%s: advertised schemas differ from the enforced ones", pt.Name)
 		}
 		ro, de := lt.Annotations.ReadOnlyHint, lt.Annotations.DestructiveHint
-		if (ro != nil && *ro) != pt.ReadOnly || (!pt.ReadOnly && (de == nil || *de != pt.Destructive)) {
-			t.Errorf("%s: readOnlyHint %v destructiveHint %v, want %v, %v", pt.Name, ro, de, pt.ReadOnly, pt.Destructive)
+		if want := pt.Destructive || pt.Overwrites; (ro != nil && *ro) != pt.ReadOnly || (!pt.ReadOnly && (de == nil || *de != want)) {
+			t.Errorf("%s: readOnlyHint %v destructiveHint %v, want %v, %v", pt.Name, ro, de, pt.ReadOnly, want)
 		}
 	}
 

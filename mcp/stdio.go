@@ -3,138 +3,328 @@ package mcp
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// maxFrameDepth is the deepest nesting the SDK decodes in a frame; a deeper
-// one would end its session.
-const maxFrameDepth = 1000
+// drainIdle bounds how long a session whose client closed stdin waits for
+// the answers still due: as long as answers keep coming, and at most this
+// long without one.
+const drainIdle = 10 * time.Second
 
 // Stdio returns the transport of writerd serve --stdio: newline-delimited
-// JSON-RPC on in and out, as the SDK's own StdioTransport, with one
-// difference. The SDK ends the session, and so the daemon, at the first
-// frame it cannot decode; Stdio answers a frame that is not JSON, nests
-// deeper than the SDK decodes, or is longer than maxFrame bytes with a
-// JSON-RPC error (id null, as for any unparsable request) and reads on. Such
-// a frame never reaches a handler. Each error is logged as its kind, never
-// with the frame's bytes.
+// JSON-RPC on in and out, as the SDK's own StdioTransport, but with every
+// frame through the Gate first. The SDK ends the session, and so the
+// daemon, at the first frame it cannot take; Stdio answers such a frame
+// with the Gate's refusal and reads on. A line longer than maxFrame bytes
+// is refused as too large, without being kept in memory.
+//
+// Requests reach the SDK under ids of the transport's own, and answers go
+// out under the id exactly as the client sent it: the SDK would rewrite
+// numeric ids (1.5 as 1, past 2^53 with lost digits), and two calls a
+// client sent under one id stay two calls. Error answers carry a fixed
+// message per code (see publicError). When the client closes stdin, the
+// session ends once every request read before that is answered.
 func Stdio(in io.ReadCloser, out io.Writer, maxFrame int, log *slog.Logger) sdk.Transport {
-	w := &frameWriter{w: out}
-	return &sdk.IOTransport{
-		Reader:        &frameFilter{r: bufio.NewReader(in), in: in, max: maxFrame, w: w, log: log},
-		Writer:        w,
-		MaxLineLength: maxFrame + 2, // a passed frame and its line end
+	return &stdioTransport{in: in, out: out, maxFrame: maxFrame, log: log}
+}
+
+type stdioTransport struct {
+	in       io.ReadCloser
+	out      io.Writer
+	maxFrame int
+	log      *slog.Logger
+}
+
+func (t *stdioTransport) Connect(context.Context) (sdk.Connection, error) {
+	c := &stdioConn{
+		in: t.in, out: t.out, log: t.log,
+		lines:    make(chan line),
+		closed:   make(chan struct{}),
+		answered: make(chan struct{}, 1),
+		pending:  map[int64]pending{},
+		byKey:    map[string]int64{},
 	}
+	go c.readLines(bufio.NewReader(t.in), t.maxFrame)
+	return c, nil
 }
 
-// frameWriter serialises whole frames: the SDK writes each frame with one
-// Write, and so does frameFilter, so frames never interleave.
-type frameWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+// line is one line of stdin, or the error that ended it.
+type line struct {
+	frame   []byte
+	tooLong bool
+	err     error
 }
 
-func (f *frameWriter) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.w.Write(p)
+// pending is a request the SDK has not answered yet.
+type pending struct {
+	id  jsontext.Value // as the client sent it
+	key string         // its idKey, for notifications/cancelled
 }
 
-// Close leaves out open: stdout belongs to the process.
-func (f *frameWriter) Close() error { return nil }
+type stdioConn struct {
+	in  io.Closer
+	out io.Writer
+	log *slog.Logger
 
-// frameFilter passes on the frames the SDK can decode, a line at a time,
-// and answers the others itself.
-type frameFilter struct {
-	r       *bufio.Reader
-	in      io.Closer
-	max     int
-	w       *frameWriter
-	log     *slog.Logger
-	pending []byte
+	lines     chan line
+	closed    chan struct{}
+	closeOnce sync.Once
+	answered  chan struct{} // signalled after each answer, for the drain
+
+	writeMu sync.Mutex // one frame at a time on out
+
+	mu      sync.Mutex
+	next    int64
+	pending map[int64]pending // by the id the SDK sees
+	byKey   map[string]int64  // the newest pending request of each client id
 }
 
-func (f *frameFilter) Close() error { return f.in.Close() }
-
-func (f *frameFilter) Read(p []byte) (int, error) {
-	for len(f.pending) == 0 {
-		line, tooLong, err := f.line()
-		switch {
-		case tooLong:
-			f.refuse(-32600, "Invalid request: the frame is too large.", "frame_too_large")
-		case len(bytes.TrimSpace(line)) == 0:
-		case !json.Valid(line):
-			f.refuse(-32700, "Parse error: the frame is not one valid JSON value.", "malformed_frame")
-		case depth(line) > maxFrameDepth:
-			f.refuse(-32600, "Invalid request: the frame is nested too deeply.", "frame_too_deep")
-		default:
-			f.pending = append(line, '\n')
-		}
-		if err != nil && len(f.pending) == 0 {
-			return 0, err
-		}
-	}
-	n := copy(p, f.pending)
-	f.pending = f.pending[n:]
-	return n, nil
-}
-
-// line reads the next line without its end. A line longer than max is
-// read to its end and dropped: tooLong reports it. err is io.EOF after the
-// last line.
-func (f *frameFilter) line() (line []byte, tooLong bool, err error) {
+// readLines sends stdin's lines to Read until an error ends it, so that
+// Close can unblock a Read waiting for input.
+func (c *stdioConn) readLines(r *bufio.Reader, maxFrame int) {
 	for {
-		chunk, err := f.r.ReadSlice('\n')
-		if !tooLong {
-			line = append(line, chunk...)
-			if len(line) > f.max+2 {
-				line, tooLong = nil, true
+		l := readLine(r, maxFrame)
+		select {
+		case c.lines <- l:
+		case <-c.closed:
+			return
+		}
+		if l.err != nil {
+			return
+		}
+	}
+}
+
+// readLine reads the next line without its end. A line longer than max is
+// read to its end and dropped. err is set after the last line.
+func readLine(r *bufio.Reader, max int) line {
+	var l line
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !l.tooLong {
+			l.frame = append(l.frame, chunk...)
+			if len(l.frame) > max+2 { // the frame and a CRLF
+				l.frame, l.tooLong = nil, true
 			}
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		return bytes.TrimRight(line, "\r\n"), tooLong, err
+		l.frame = bytes.TrimRight(l.frame, "\r\n")
+		if err != nil && (len(l.frame) > 0 || l.tooLong) {
+			// The last line had no end: serve it, then report the error.
+			return l
+		}
+		l.err = err
+		return l
 	}
 }
 
-func (f *frameFilter) refuse(code int, message, kind string) {
-	f.log.Warn("transport error", "transport", "stdio", "kind", kind)
-	b, _ := json.Marshal(map[string]any{
-		"jsonrpc": "2.0", "id": nil,
-		"error": map[string]any{"code": code, "message": message},
-	})
-	f.w.Write(append(b, '\n'))
-}
-
-// depth returns the deepest nesting of objects and arrays in valid JSON.
-func depth(b []byte) int {
-	d, deepest, inString, escaped := 0, 0, false, false
-	for _, c := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			d++
-			deepest = max(deepest, d)
-		case c == '}' || c == ']':
-			d--
+func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	for {
+		var l line
+		select {
+		case l = <-c.lines:
+		case <-c.closed:
+			return nil, io.EOF
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if l.err != nil {
+			c.drain(ctx)
+			return nil, l.err
+		}
+		if l.tooLong {
+			c.refuse(&refuseTooLarge)
+			continue
+		}
+		if len(bytes.TrimSpace(l.frame)) == 0 {
+			continue
+		}
+		m, refusal := Gate(l.frame)
+		if refusal != nil {
+			c.refuse(refusal)
+			continue
+		}
+		if msg := c.toSDK(m); msg != nil {
+			return msg, nil
 		}
 	}
-	return deepest
+}
+
+// toSDK turns a gated message into the SDK's form, or nil for one the SDK
+// need not see.
+func (c *stdioConn) toSDK(m *Message) jsonrpc.Message {
+	switch m.Kind {
+	case KindRequest:
+		key, _ := idKey(m.ID)
+		c.mu.Lock()
+		c.next++
+		c.pending[c.next] = pending{id: m.ID, key: key}
+		c.byKey[key] = c.next
+		id := c.next
+		c.mu.Unlock()
+		return &jsonrpc.Request{ID: sdkID(id), Method: m.Method, Params: json.RawMessage(m.Params)}
+	case KindNotification:
+		if m.Method == "notifications/cancelled" {
+			params, ok := c.cancelled(m.Params)
+			if !ok {
+				return nil // it names no request of ours that is still running
+			}
+			m.Params = params
+		}
+		return &jsonrpc.Request{Method: m.Method, Params: json.RawMessage(m.Params)}
+	default:
+		var raw any
+		_ = json.Unmarshal(m.ID, &raw) // the gate let through a string or a safe integer
+		id, err := jsonrpc.MakeID(raw)
+		resp := &jsonrpc.Response{ID: id, Result: json.RawMessage(m.Result)}
+		if m.Error != nil {
+			we := new(jsonrpc.Error)
+			if json.Unmarshal(m.Error, we) != nil {
+				err = errors.New("malformed error")
+			}
+			resp.Error = we
+		}
+		if err != nil {
+			r := refuseResponse
+			r.ID = m.ID
+			c.refuse(&r)
+			return nil
+		}
+		return resp
+	}
+}
+
+// cancelled rewrites the requestId of a notifications/cancelled to the id
+// the SDK knows the request by.
+func (c *stdioConn) cancelled(params jsontext.Value) (jsontext.Value, bool) {
+	var p map[string]jsontext.Value
+	if json.Unmarshal(params, &p) != nil {
+		return nil, false
+	}
+	key, ok := idKey(p["requestId"])
+	if !ok {
+		return nil, false
+	}
+	c.mu.Lock()
+	id, ok := c.byKey[key]
+	c.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	p["requestId"] = jsontext.Value(sdkIDText(id))
+	b, err := json.Marshal(p)
+	return b, err == nil
+}
+
+func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	var frame []byte
+	if r, ok := msg.(*jsonrpc.Response); ok {
+		frame = responseFrame(c.answer(r.ID), r)
+	} else {
+		var err error
+		if frame, err = jsonrpc.EncodeMessage(msg); err != nil {
+			return err
+		}
+	}
+	err := c.write(frame)
+	if _, ok := msg.(*jsonrpc.Response); ok {
+		select {
+		case c.answered <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// answer returns the id the client sent the request under, and forgets
+// the request.
+func (c *stdioConn) answer(id jsonrpc.ID) jsontext.Value {
+	n, _ := id.Raw().(int64)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pending[n]
+	if !ok {
+		return nil
+	}
+	delete(c.pending, n)
+	if c.byKey[p.key] == n {
+		delete(c.byKey, p.key)
+	}
+	return p.id
+}
+
+func (c *stdioConn) write(frame []byte) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	_, err := c.out.Write(append(frame, '\n'))
+	return err
+}
+
+// refuse answers a refused frame and logs its kind, never its bytes.
+func (c *stdioConn) refuse(r *Refusal) {
+	c.log.Warn("transport error", "transport", "stdio", "kind", r.Reason, "description", r.Message)
+	c.write(r.Answer())
+}
+
+// drain waits, after stdin ended, until every request read before is
+// answered, the connection is closed, ctx ends, or no answer has come for
+// drainIdle.
+func (c *stdioConn) drain(ctx context.Context) {
+	idle := time.NewTimer(drainIdle)
+	defer idle.Stop()
+	for {
+		c.mu.Lock()
+		n := len(c.pending)
+		c.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-c.answered:
+			idle.Reset(drainIdle)
+		case <-idle.C:
+			c.log.Warn("transport error", "transport", "stdio", "kind", "unanswered",
+				"description", "Stdin closed and requests stayed unanswered; the session ends without them.", "requests", n)
+			return
+		case <-c.closed:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *stdioConn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		err = c.in.Close()
+	})
+	return err
+}
+
+func (c *stdioConn) SessionID() string { return "" }
+
+// sdkID is the id a request reaches the SDK under: the transport's own
+// sequence number.
+func sdkID(n int64) jsonrpc.ID {
+	id, _ := jsonrpc.MakeID(float64(n))
+	return id
+}
+
+func sdkIDText(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
 }

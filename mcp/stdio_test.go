@@ -1,75 +1,257 @@
 package mcp_test
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/handlers/boltstore"
+	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/mcp"
+	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb"
 )
 
-// Ensure the stdio transport passes on every frame the SDK can decode, in
-// order, and answers each other frame with a JSON-RPC error that quotes
-// nothing of it, reading on to the end.
-func TestStdio_RefusesUndecodableFrames(t *testing.T) {
-	const secret = "zzSECRETzz"
-	in := strings.Join([]string{
-		`{"jsonrpc":"2.0","id":1,"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":2,"method":"ping"} {"` + secret + `":1}`, // trailing data
-		``, // a blank line is skipped
-		`{"jsonrpc":"2.0","id":3,"method":"ping","params":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `}`,
-		`{"jsonrpc":"2.0","id":4,"method":"ping","params":{"x":"` + strings.Repeat(secret, 400) + `"}}`, // over maxFrame
-		"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\",\"params\":{\"x\":\"\xff\"}}\r",              // CRLF; bad UTF-8 is the pipeline's to refuse
-		`{"jsonrpc":"2.0","id":6,"method":"ping"}`,                                                      // no final newline
-	}, "\n")
-	var out, log bytes.Buffer
-	conn, err := mcp.Stdio(io.NopCloser(strings.NewReader(in)), &out, 3000, slog.New(slog.NewJSONHandler(&log, nil))).Connect(context.Background())
+// stdio is writerd's MCP server on the Stdio transport over pipes, with the
+// built-in tools on a real bbolt file; a test writes raw frames and reads
+// the answers.
+type stdio struct {
+	t     testing.TB
+	in    *io.PipeWriter
+	out   *bufio.Scanner
+	log   *lockedBuffer
+	db    *boltdb.DB
+	done  chan struct{} // closed when the server's Run returns
+	err   error         // what Run returned
+	lines chan string
+}
+
+const initialize = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+// MustStdio starts the server; unless raw, it sends initialize and
+// notifications/initialized first and reads the answer.
+func MustStdio(t testing.TB, raw bool) *stdio {
+	t.Helper()
+	db, err := boltdb.Open(t.TempDir(), boltstore.Store{}.Init)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []int64
-	for {
-		msg, err := conn.Read(context.Background())
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("read: %v", err)
-		}
-		ids = append(ids, msg.(*jsonrpc.Request).ID.Raw().(int64))
+	t.Cleanup(func() { db.Close() })
+	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}})
+	if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+		t.Fatal(err)
 	}
-	if got := len(ids); got != 3 || ids[0] != 1 || ids[1] != 5 || ids[2] != 6 {
-		t.Fatalf("frames passed on: %v, want [1 5 6]", ids)
-	}
-	var codes []float64
-	for line := range strings.Lines(out.String()) {
-		var m struct {
-			ID    any `json:"id"`
-			Error struct {
-				Code float64 `json:"code"`
-			} `json:"error"`
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	s := &stdio{t: t, in: inW, log: new(lockedBuffer), db: db, done: make(chan struct{}), lines: make(chan string, 100)}
+	log := slog.New(slog.NewJSONHandler(s.log, nil))
+	srv := mcp.NewServer(p, mcp.Options{Logger: log,
+		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller }})
+	go func() {
+		s.err = srv.Run(context.Background(), mcp.Stdio(inR, outW, 1<<20, log))
+		outW.Close()
+		close(s.done)
+	}()
+	go func() {
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(nil, 4<<20)
+		for sc.Scan() {
+			s.lines <- sc.Text()
 		}
-		if err := json.Unmarshal([]byte(line), &m); err != nil || m.ID != nil {
-			t.Fatalf("answer %q is not an error frame with id null", line)
+		close(s.lines)
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		select {
+		case <-s.done:
+		case <-time.After(20 * time.Second):
+			t.Error("the server did not end after stdin closed")
 		}
-		codes = append(codes, m.Error.Code)
+	})
+	if !raw {
+		s.send(initialize)
+		s.answer()
+		s.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	}
-	if len(codes) != 3 || codes[0] != -32700 || codes[1] != -32600 || codes[2] != -32600 {
-		t.Fatalf("error codes %v, want [-32700 -32600 -32600]", codes)
+	return s
+}
+
+func (s *stdio) send(frame string) {
+	s.t.Helper()
+	if _, err := io.WriteString(s.in, frame+"\n"); err != nil {
+		s.t.Fatalf("write: %v", err)
 	}
-	if strings.Contains(out.String()+log.String(), secret) {
-		t.Fatal("a refused frame's bytes were echoed or logged")
-	}
-	for _, kind := range []string{"malformed_frame", "frame_too_deep", "frame_too_large"} {
-		if !strings.Contains(log.String(), kind) {
-			t.Errorf("the log does not name %s", kind)
+}
+
+// answer returns the next line the server wrote.
+func (s *stdio) answer() string {
+	s.t.Helper()
+	select {
+	case l, ok := <-s.lines:
+		if !ok {
+			s.t.Fatal("the session ended")
 		}
+		return l
+	case <-time.After(20 * time.Second):
+		s.t.Fatal("no answer in 20s")
+	}
+	return ""
+}
+
+// rpc is an answer, decoded.
+type rpc struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
+}
+
+func decodeRPC(t testing.TB, line string) rpc {
+	t.Helper()
+	var r rpc
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		t.Fatalf("answer %q: %v", line, err)
+	}
+	return r
+}
+
+// Ensure answers carry each request's id exactly as the client wrote it,
+// escapes and digits included, and that two requests sent under one id are
+// both answered.
+func TestStdio_AnswersCarryIDsAsSent(t *testing.T) {
+	s := MustStdio(t, false)
+	for _, id := range []string{`"a\u0062<&>"`, `9007199254740991`, `-9007199254740991`, `-0`, `""`, `"1"`} {
+		s.send(`{"jsonrpc":"2.0","id":` + id + `,"method":"ping"}`)
+		if got := decodeRPC(t, s.answer()); string(got.ID) != id || got.Result == nil {
+			t.Errorf("ping with id %s answered %s (result %s)", id, got.ID, got.Result)
+		}
+	}
+	s.send(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
+	s.send(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`)
+	for range 2 {
+		if got := decodeRPC(t, s.answer()); string(got.ID) != "5" || got.Result == nil {
+			t.Errorf("a request with a repeated id answered %s %s", got.ID, got.Result)
+		}
+	}
+}
+
+// Ensure the errors the SDK answers with carry a fixed message per code and
+// nothing the caller sent: unknown method, unknown tool, malformed params,
+// an unknown log level (refused, though the SDK would take it), a call
+// before initialization; and that the log holds none of it either.
+func TestStdio_ErrorsEchoNothing(t *testing.T) {
+	const m = "zzMARKERzz"
+	s := MustStdio(t, true)
+	s.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`) // before initialize
+	if got := decodeRPC(t, s.answer()); got.Error == nil || strings.Contains(got.Error.Message, "tools/list") {
+		t.Errorf("a call before initialize answered %+v", got)
+	}
+	s.send(initialize)
+	s.answer()
+	s.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	tests := []struct {
+		name, frame string
+		code        int
+		message     string
+	}{
+		{"unknown method", `{"jsonrpc":"2.0","id":2,"method":"` + m + `"}`, -32601, "Method not found."},
+		{"unknown tool", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"` + m + `","arguments":{}}}`, -32602, "Invalid params."},
+		{"malformed params", `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":5,"arguments":{"` + m + `":"` + m + `"}}}`, -32602, "Invalid params."},
+		{"unknown prompt", `{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"name":"` + m + `"}}`, -32602, "Invalid params."},
+		{"unknown resource", `{"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"file:///` + m + `"}}`, -32602, "Invalid params."},
+		{"unknown log level", `{"jsonrpc":"2.0","id":7,"method":"logging/setLevel","params":{"level":"` + m + `"}}`, -32602, "Invalid params."},
+		{"bad protocol version", `{"jsonrpc":"2.0","id":8,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"` + m + `"}}}`, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s.send(tt.frame)
+			line := s.answer()
+			got := decodeRPC(t, line)
+			if strings.Contains(line, m) || strings.Contains(line, "CallToolParams") {
+				t.Fatalf("the answer echoes the request: %s", line)
+			}
+			if tt.code == 0 {
+				return
+			}
+			if got.Error == nil || got.Error.Code != tt.code || got.Error.Message != tt.message {
+				t.Fatalf("answer %s, want %d %q", line, tt.code, tt.message)
+			}
+		})
+	}
+	s.send(`{"jsonrpc":"2.0","id":9,"method":"logging/setLevel","params":{"level":"warning"}}`)
+	if got := decodeRPC(t, s.answer()); got.Error != nil {
+		t.Errorf("a known log level was refused: %+v", got.Error)
+	}
+	s.in.Close()
+	<-s.done
+	if strings.Contains(s.log.String(), m) {
+		t.Errorf("the log holds a value the client sent:\n%s", s.log)
+	}
+}
+
+// Ensure a client that pipes its requests and closes stdin gets every
+// answer before the session ends, writes included.
+func TestStdio_AnswersEverythingReadBeforeEOF(t *testing.T) {
+	s := MustStdio(t, true)
+	var frames []string
+	frames = append(frames, initialize, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	const calls = 20
+	for i := range calls {
+		frames = append(frames, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"create_project","arguments":{"idempotency_key":"key-%06d","name":"p%d"}}}`, i+1, i, i))
+	}
+	// The last line has no end: it is served too.
+	if _, err := io.WriteString(s.in, strings.Join(frames, "\n")); err != nil {
+		t.Fatal(err)
+	}
+	s.in.Close()
+	answered := map[string]bool{}
+	for l := range s.lines {
+		got := decodeRPC(t, l)
+		if got.Result == nil || strings.Contains(string(got.Result), `"isError":true`) {
+			t.Errorf("answer %s", l)
+		}
+		answered[string(got.ID)] = true
+	}
+	<-s.done
+	if s.err != nil {
+		t.Errorf("Run: %v", s.err)
+	}
+	for i := range calls + 1 {
+		if !answered[fmt.Sprint(i)] {
+			t.Errorf("request %d was not answered", i)
+		}
+	}
+	var events int
+	s.db.View(context.Background(), func(tx pipeline.Tx) error {
+		return auditlog.Bolt{}.ForEach(tx, func(*auditlog.Event) error { events++; return nil })
+	})
+	if events != calls {
+		t.Errorf("audit events %d, want %d", events, calls)
+	}
+}
+
+// Ensure a notifications/cancelled naming no running request, or malformed,
+// is dropped and the session goes on.
+func TestStdio_CancelledForUnknownRequest(t *testing.T) {
+	s := MustStdio(t, false)
+	for _, params := range []string{`{"requestId":42}`, `{"requestId":{"x":1}}`, `{}`} {
+		s.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":` + params + `}`)
+	}
+	s.send(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+	if got := decodeRPC(t, s.answer()); string(got.ID) != "1" || got.Result == nil {
+		t.Fatalf("ping answered %+v", got)
 	}
 }

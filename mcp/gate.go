@@ -1,0 +1,289 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"regexp"
+	"strconv"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// The gate is the one check every JSON-RPC frame passes before the SDK sees
+// it, whatever the transport (DESIGN.md section 8). The SDK decodes frames
+// leniently (duplicate members last-wins, numeric ids through float64) and
+// ends a stdio session at the first frame it cannot decode, so the gate
+// decides what a frame is: a request, a notification, a response to a call
+// of ours, or a refusal answered with a JSON-RPC error of a fixed message.
+
+// maxFrameDepth is the deepest nesting of objects and arrays a frame may
+// have; the SDK decodes no deeper. Arguments are bounded far lower by the
+// pipeline's own depth limit.
+const maxFrameDepth = 1000
+
+// maxSafeID is 2^53−1: a numeric id beyond it is not exact in every
+// client's JSON, so two requests could share an answer.
+const maxSafeID = 1<<53 - 1
+
+// Kind is what a frame the gate let through is.
+type Kind int
+
+const (
+	KindRequest      Kind = iota + 1 // a method and an id: answered
+	KindNotification                 // a method, no id: never answered
+	KindResponse                     // an id and a result or an error: the answer to a call of the server's
+)
+
+// Message is a frame the gate let through, in its parts. Every part holds
+// the bytes as sent: an answer carries ID exactly as the client wrote it.
+type Message struct {
+	Kind   Kind
+	ID     jsontext.Value // nil for a notification
+	Method string         // requests and notifications
+	Params jsontext.Value // nil if absent; else an object or an array
+	Result jsontext.Value // responses
+	Error  jsontext.Value // responses; an object
+}
+
+// Refusal is a frame the gate refused: the JSON-RPC error that answers it.
+// Its message is fixed and echoes nothing of the frame.
+type Refusal struct {
+	Code    int
+	Message string
+	// ID is the frame's id as sent, when it could be read: the frame is an
+	// object with one well-formed id member. Otherwise the answer's id is
+	// null.
+	ID jsontext.Value
+	// Reason is a bounded name for logs and metrics: parse, too_deep,
+	// too_large, batch, not_object, duplicate_member, version, id, method,
+	// params, member, response.
+	Reason string
+}
+
+// The JSON-RPC error codes of refusals.
+const (
+	CodeParseError     = -32700
+	CodeInvalidRequest = -32600
+)
+
+// The refusals, a fixed catalogue.
+var (
+	refuseParse     = Refusal{Code: CodeParseError, Reason: "parse", Message: "Parse error: the frame is not one valid JSON value in UTF-8."}
+	refuseTooDeep   = Refusal{Code: CodeInvalidRequest, Reason: "too_deep", Message: "Invalid request: the frame is nested too deeply."}
+	refuseTooLarge  = Refusal{Code: CodeInvalidRequest, Reason: "too_large", Message: "Invalid request: the frame is too large."}
+	refuseBatch     = Refusal{Code: CodeInvalidRequest, Reason: "batch", Message: "Invalid request: batches are not supported; send one JSON-RPC message per frame."}
+	refuseNotObject = Refusal{Code: CodeInvalidRequest, Reason: "not_object", Message: "Invalid request: a frame must be one JSON-RPC message, a JSON object."}
+	refuseDuplicate = Refusal{Code: CodeInvalidRequest, Reason: "duplicate_member", Message: "Invalid request: the frame has a duplicate member; each member may appear once in an object."}
+	refuseVersion   = Refusal{Code: CodeInvalidRequest, Reason: "version", Message: `Invalid request: the frame must have "jsonrpc": "2.0".`}
+	refuseID        = Refusal{Code: CodeInvalidRequest, Reason: "id", Message: "Invalid request: an id must be a string or an integer within ±(2^53−1)."}
+	refuseMethod    = Refusal{Code: CodeInvalidRequest, Reason: "method", Message: "Invalid request: method must be a string."}
+	refuseParams    = Refusal{Code: CodeInvalidRequest, Reason: "params", Message: "Invalid request: params must be an object."}
+	refuseMember    = Refusal{Code: CodeInvalidRequest, Reason: "member", Message: "Invalid request: the frame has a member JSON-RPC 2.0 does not define."}
+	refuseResponse  = Refusal{Code: CodeInvalidRequest, Reason: "response", Message: "Invalid request: a response needs an id and exactly one of result or error, an object."}
+)
+
+// Gate checks one frame against DESIGN.md section 8: one JSON object in
+// UTF-8 with "jsonrpc": "2.0", no duplicate member at any depth, an id that
+// is absent, a string or an integer within ±(2^53−1), a string method, no
+// batch. It returns the message, or the refusal to answer it with.
+func Gate(frame []byte) (*Message, *Refusal) {
+	if r := checkSyntax(frame); r != nil {
+		return nil, r
+	}
+	switch firstByte(frame) {
+	case '{':
+	case '[':
+		return nil, &refuseBatch
+	default:
+		return nil, &refuseNotObject
+	}
+	members := topMembers(frame)
+	var id jsontext.Value
+	if ids := members["id"]; len(ids) == 1 && validID(ids[0]) {
+		id = ids[0]
+	}
+	refuse := func(r Refusal) (*Message, *Refusal) {
+		r.ID = id
+		return nil, &r
+	}
+	// The syntax is known to be valid, so a failure now is a duplicate
+	// member, at whatever depth.
+	if !jsontext.Value(frame).IsValid() {
+		return refuse(refuseDuplicate)
+	}
+	if v := members["jsonrpc"]; len(v) != 1 || string(v[0]) != `"2.0"` {
+		return refuse(refuseVersion)
+	}
+	if _, has := members["id"]; has && id == nil {
+		return nil, &refuseID
+	}
+	m := &Message{ID: id}
+	for name, vs := range members {
+		v := vs[0]
+		switch name {
+		case "jsonrpc", "id":
+		case "method":
+			if v.Kind() != '"' {
+				return refuse(refuseMethod)
+			}
+			var err error
+			if m.Method, err = unquote(v); err != nil {
+				return refuse(refuseMethod)
+			}
+		case "params":
+			if v.Kind() != '{' {
+				return refuse(refuseParams)
+			}
+			m.Params = v
+		case "result":
+			m.Result = v
+		case "error":
+			if v.Kind() != '{' {
+				return refuse(refuseResponse)
+			}
+			m.Error = v
+		default:
+			return refuse(refuseMember)
+		}
+	}
+	_, hasMethod := members["method"]
+	switch {
+	case hasMethod && (m.Result != nil || m.Error != nil):
+		return refuse(refuseMember)
+	case hasMethod && id != nil:
+		m.Kind = KindRequest
+	case hasMethod:
+		m.Kind = KindNotification
+	case id == nil || (m.Result == nil) == (m.Error == nil) || m.Params != nil:
+		return refuse(refuseResponse)
+	default:
+		m.Kind = KindResponse
+	}
+	return m, nil
+}
+
+// checkSyntax refuses a frame that is not one JSON value in valid UTF-8
+// (lone surrogate escapes included), or that nests deeper than
+// maxFrameDepth. Duplicate members are left to a later check, so that the
+// id of such a frame can still be read.
+func checkSyntax(frame []byte) *Refusal {
+	d := jsontext.NewDecoder(bytes.NewReader(frame), jsontext.AllowDuplicateNames(true))
+	for {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return &refuseParse
+		}
+		switch tok.Kind() {
+		case '{', '[':
+			if d.StackDepth() > maxFrameDepth {
+				return &refuseTooDeep
+			}
+		}
+		if d.StackDepth() == 0 {
+			break
+		}
+	}
+	if _, err := d.ReadToken(); err != io.EOF {
+		return &refuseParse // data after the value
+	}
+	return nil
+}
+
+func firstByte(b []byte) byte {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 {
+		return 0
+	}
+	return b[0]
+}
+
+// topMembers returns the members of a syntactically valid object, each
+// name with every value it was given, in order.
+func topMembers(frame []byte) map[string][]jsontext.Value {
+	members := map[string][]jsontext.Value{}
+	d := jsontext.NewDecoder(bytes.NewReader(frame), jsontext.AllowDuplicateNames(true))
+	if _, err := d.ReadToken(); err != nil {
+		return members
+	}
+	for d.PeekKind() == '"' {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return members
+		}
+		name := tok.String() // before the next call voids tok
+		v, err := d.ReadValue()
+		if err != nil {
+			return members
+		}
+		members[name] = append(members[name], v.Clone())
+	}
+	return members
+}
+
+// integerID is the form of a numeric id: an integer, with no fraction or
+// exponent, so that its value is plain to every client.
+var integerID = regexp.MustCompile(`^-?(0|[1-9][0-9]{0,15})$`)
+
+// validID reports whether v is a string or an integer within ±(2^53−1).
+func validID(v jsontext.Value) bool {
+	switch v.Kind() {
+	case '"':
+		return true
+	case '0':
+		if !integerID.Match(v) {
+			return false
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		return err == nil && -maxSafeID <= n && n <= maxSafeID
+	}
+	return false
+}
+
+// idKey names an id by its value, so that "\u0061" and "a" are one id:
+// the key of an id in a notifications/cancelled.
+func idKey(v jsontext.Value) (string, bool) {
+	switch v.Kind() {
+	case '"':
+		s, err := unquote(v)
+		return "s" + s, err == nil
+	case '0':
+		if !validID(v) {
+			return "", false
+		}
+		n, _ := strconv.ParseInt(string(v), 10, 64)
+		return "n" + strconv.FormatInt(n, 10), true
+	}
+	return "", false
+}
+
+func unquote(v jsontext.Value) (string, error) {
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", errors.New("not a string")
+	}
+	return s, nil
+}
+
+// Answer is the error response to the refused frame, one line without its
+// end.
+func (r *Refusal) Answer() []byte {
+	return errorFrame(r.ID, r.Code, r.Message)
+}
+
+// errorFrame renders a JSON-RPC error response. id is the request's id as
+// sent, written back byte for byte (encoding/json would rewrite its
+// escapes); nil is null.
+func errorFrame(id jsontext.Value, code int, message string) []byte {
+	if id == nil {
+		id = jsontext.Value("null")
+	}
+	msg, _ := json.Marshal(message)
+	b := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
+	b = append(b, `,"error":{"code":`...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, `,"message":`...)
+	b = append(b, msg...)
+	return append(b, "}}"...)
+}
