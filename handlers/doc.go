@@ -31,8 +31,11 @@
 //   - Lists are ordered by id, which is creation order (ids are ULIDs). The
 //     cursor is opaque to clients; entities created after a page was read
 //     may appear on later pages, entities deleted meanwhile do not.
+//   - An unconfirmed delete answers the refusal the confirmed call would
+//     meet (NOT_FOUND, REVISION_CONFLICT, RECORD_LOCKED, PROJECT_NOT_EMPTY)
+//     instead of a preview: both go through one check.
 //
 // Caveats: a project's records are not deleted with it (delete_project
-// refuses while any remain), and the count in delete_project's preview is
-// read at preview time: the confirmed call checks again.
+// refuses while any remain), and a preview is read at preview time: the
+// confirmed call checks again.
 package handlers

@@ -499,10 +499,6 @@ func TestProjectNotEmpty(t *testing.T) {
 	MustFail(t, e.WriteKey("delete_project", key, del), pipeline.ProjectNotEmpty)
 	e.MustOneFailure(key, pipeline.ProjectNotEmpty, targetP(f))
 	MustOK[handlers.ProjectResult](t, e.GetProject(f.P.ID))
-	preview := MustFail(t, e.Write("delete_project", f.expand(`{"project_id":"$P"}`)), pipeline.ConfirmationRequired).Preview
-	if n := preview.(*handlers.ProjectPreview).Records; n != 1 {
-		t.Fatalf("preview counts %d records, want 1", n)
-	}
 
 	MustOK[handlers.DeletedResult](t, e.Write("delete_record", f.expand(`{"project_id":"$P","record_id":"$R","confirm":true}`)))
 	MustOK[handlers.DeletedResult](t, e.Write("delete_project", del))
@@ -550,7 +546,7 @@ func TestConfirmation(t *testing.T) {
 		preview    string // every member of the preview; nested ones as far as listed
 		read       func(e *env, f fixture) *pipeline.Result
 	}{
-		{"delete_project", `{"project_id":"$Q"}`, `{"project":{"id":"$Q","name":"empty"},"records":0}`, readQ},
+		{"delete_project", `{"project_id":"$Q"}`, `{"project":{"id":"$Q","name":"empty","revision":1}}`, readQ},
 		{"delete_record", `{"project_id":"$P","record_id":"$R"}`, `{"record":{"id":"$R","title":"first"}}`, readR},
 	}
 	for _, tt := range tests {
@@ -586,20 +582,57 @@ func TestConfirmation(t *testing.T) {
 	}
 }
 
-// Ensure a preview of something that does not exist answers NOT_FOUND and
-// writes nothing.
-func TestConfirmation_PreviewNotFound(t *testing.T) {
-	e := MustStart(t)
-	f := mustFixture(e)
-	for _, c := range []struct{ tool, args string }{
-		{"delete_project", `{"project_id":"` + missing + `"}`},
-		{"delete_record", f.expand(`{"project_id":"$Q","record_id":"$R"}`)},
-	} {
-		key := e.Key()
-		MustFail(t, e.WriteKey(c.tool, key, c.args), pipeline.NotFound)
-		if n := len(e.AuditEvents(key)); n != 0 {
-			t.Fatalf("%s: audit events = %d, want 0", c.tool, n)
-		}
+// Ensure an unconfirmed delete that the confirmed call would refuse answers
+// that refusal instead of a preview, and is a rejection without side
+// effects: the entity unchanged, no audit event, and the key still unused,
+// so that a different call can then be made with it.
+func TestConfirmation_PreviewAnswersRefusal(t *testing.T) {
+	tests := []struct {
+		name, tool, args string
+		code             pipeline.Code
+		read             func(e *env, f fixture) *pipeline.Result
+	}{
+		{"project missing", "delete_project", `{"project_id":"` + missing + `"}`, pipeline.NotFound, readQ},
+		{"project stale revision", "delete_project", `{"project_id":"$Q","expected_revision":2}`, pipeline.RevisionConflict, readQ},
+		{"project not empty", "delete_project", `{"project_id":"$P"}`, pipeline.ProjectNotEmpty, readP},
+		{"project not empty, revision current", "delete_project", `{"project_id":"$P","expected_revision":1}`, pipeline.ProjectNotEmpty, readP},
+		{"record missing", "delete_record", `{"project_id":"$Q","record_id":"$R"}`, pipeline.NotFound, readR},
+		{"record stale revision", "delete_record", `{"project_id":"$P","record_id":"$R","expected_revision":3}`, pipeline.RevisionConflict, readR},
+		{"record locked", "delete_record", `{"project_id":"$P","record_id":"$R","expected_revision":2}`, pipeline.RecordLocked, readR},
+		{"record locked, no revision", "delete_record", `{"project_id":"$P","record_id":"$R"}`, pipeline.RecordLocked, readR},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := MustStart(t)
+			f := mustFixture(e)
+			if strings.Contains(tt.name, "locked") {
+				lock := f.expand(`{"project_id":"$P","record_id":"$R","expected_revision":1,"locked":true}`)
+				MustOK[handlers.RecordResult](t, e.Write("update_record", lock))
+			}
+			before := tt.read(e, f).Output
+			key := e.Key()
+			err := MustFail(t, e.WriteKey(tt.tool, key, f.expand(tt.args)), tt.code)
+			if err.Preview != nil {
+				t.Fatal("the refusal carries a preview")
+			}
+			if after := tt.read(e, f).Output; !bytes.Equal(before, after) {
+				t.Fatalf("entity changed:\n%s\n%s", before, after)
+			}
+			e.MustNoTrace(key)
+		})
+	}
+}
+
+// MustNoTrace asserts that a rejected call left key as if it had never been
+// sent: no audit event, and a different call with it succeeds.
+func (e *env) MustNoTrace(key string) {
+	e.t.Helper()
+	if evs := e.AuditEvents(key); len(evs) != 0 {
+		e.t.Fatalf("audit events for the rejected call's key = %d, want 0", len(evs))
+	}
+	MustOK[handlers.ProjectResult](e.t, e.WriteKey("create_project", key, fmt.Sprintf(`{"name":"after %s"}`, key)))
+	if evs := e.AuditEvents(key); len(evs) != 1 || evs[0].Tool != "create_project" {
+		e.t.Fatalf("audit events for the key after its first use = %+v, want one create_project", evs)
 	}
 }
 

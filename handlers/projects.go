@@ -75,15 +75,10 @@ func (h *handler) updateProject(_ context.Context, op *pipeline.Op, in *UpdatePr
 }
 
 func (h *handler) deleteProject(_ context.Context, op *pipeline.Op, in *DeleteProjectInput) (*DeletedResult, error) {
-	p, err := h.project(op, in.ProjectID)
+	p, err := h.deletableProject(op, in)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRevision(op, p, in.ExpectedRevision); err != nil {
-		return nil, err
-	}
-	// The store refuses while records remain: it keeps that invariant
-	// whoever calls it.
 	if err := h.s.DeleteProject(op.Tx, p.ID); err != nil {
 		return nil, refuse(op, p, err)
 	}
@@ -91,16 +86,38 @@ func (h *handler) deleteProject(_ context.Context, op *pipeline.Op, in *DeletePr
 	return &DeletedResult{Deleted: Deleted{ID: p.ID, Revision: p.Revision}}, nil
 }
 
+// previewProject shows the project an unconfirmed delete_project would
+// delete, or answers the refusal the confirmed call would meet.
 func (h *handler) previewProject(_ context.Context, op *pipeline.Op, in *DeleteProjectInput) (any, error) {
+	p, err := h.deletableProject(op, in)
+	if err != nil {
+		return nil, err
+	}
+	return &ProjectResult{Project: p}, nil
+}
+
+// deletableProject loads the project a delete_project call names and
+// refuses it as the deletion would be refused: NOT_FOUND, REVISION_CONFLICT
+// or PROJECT_NOT_EMPTY. The confirmed call and its preview both go through
+// it, so that a preview never invites a confirmation that would fail.
+func (h *handler) deletableProject(op *pipeline.Op, in *DeleteProjectInput) (*Project, error) {
 	p, err := h.project(op, in.ProjectID)
 	if err != nil {
 		return nil, err
 	}
-	n, err := h.s.CountRecords(op.Tx, p.ID)
+	if err := checkRevision(op, p, in.ExpectedRevision); err != nil {
+		return nil, err
+	}
+	// The store refuses to delete a project with records whoever calls it;
+	// asking first lets the preview answer the same refusal.
+	has, err := h.s.HasRecords(op.Tx, p.ID)
 	if err != nil {
 		return nil, err
 	}
-	return &ProjectPreview{Project: p, Records: n}, nil
+	if has {
+		return nil, refuse(op, p, ProjectNotEmpty())
+	}
+	return p, nil
 }
 
 func (h *handler) listProjects(_ context.Context, op *pipeline.Op, in *ListProjectsInput) (*ProjectList, error) {

@@ -74,6 +74,32 @@ func (h *handler) updateRecord(_ context.Context, op *pipeline.Op, in *UpdateRec
 }
 
 func (h *handler) deleteRecord(_ context.Context, op *pipeline.Op, in *DeleteRecordInput) (*DeletedResult, error) {
+	r, err := h.deletableRecord(op, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.s.DeleteRecord(op.Tx, r.ProjectID, r.ID); err != nil {
+		return nil, err
+	}
+	touch(op, r)
+	return &DeletedResult{Deleted: Deleted{ID: r.ID, Revision: r.Revision}}, nil
+}
+
+// previewRecord shows the record an unconfirmed delete_record would
+// delete, or answers the refusal the confirmed call would meet.
+func (h *handler) previewRecord(_ context.Context, op *pipeline.Op, in *DeleteRecordInput) (any, error) {
+	r, err := h.deletableRecord(op, in)
+	if err != nil {
+		return nil, err
+	}
+	return &RecordResult{Record: r}, nil
+}
+
+// deletableRecord loads the record a delete_record call names and refuses
+// it as the deletion would be refused: NOT_FOUND, REVISION_CONFLICT or
+// RECORD_LOCKED. The confirmed call and its preview both go through it, so
+// that a preview never invites a confirmation that would fail.
+func (h *handler) deletableRecord(op *pipeline.Op, in *DeleteRecordInput) (*Record, error) {
 	r, err := h.record(op, in.RecordRef)
 	if err != nil {
 		return nil, err
@@ -84,19 +110,7 @@ func (h *handler) deleteRecord(_ context.Context, op *pipeline.Op, in *DeleteRec
 	if r.Locked {
 		return nil, refuse(op, r, recordLocked())
 	}
-	if err := h.s.DeleteRecord(op.Tx, r.ProjectID, r.ID); err != nil {
-		return nil, err
-	}
-	touch(op, r)
-	return &DeletedResult{Deleted: Deleted{ID: r.ID, Revision: r.Revision}}, nil
-}
-
-func (h *handler) previewRecord(_ context.Context, op *pipeline.Op, in *DeleteRecordInput) (any, error) {
-	r, err := h.record(op, in.RecordRef)
-	if err != nil {
-		return nil, err
-	}
-	return &RecordResult{Record: r}, nil
+	return r, nil
 }
 
 func (h *handler) listRecords(_ context.Context, op *pipeline.Op, in *ListRecordsInput) (*RecordList, error) {

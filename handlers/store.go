@@ -22,8 +22,12 @@ type Store interface {
 	PutProject(tx pipeline.Tx, p *Project) error
 	// DeleteProject deletes the project and frees its name. It returns
 	// NOT_FOUND (ProjectNotFound) if there is none, and PROJECT_NOT_EMPTY
-	// (ProjectNotEmpty) while it has records.
+	// (ProjectNotEmpty) while it has records: it keeps that invariant
+	// whoever calls it.
 	DeleteProject(tx pipeline.Tx, id string) error
+	// HasRecords reports whether the project has any record. It does not
+	// check that the project exists.
+	HasRecords(tx pipeline.Tx, projectID string) (bool, error)
 	// Projects returns up to limit projects in id order, starting after the
 	// id after ("" for the first page), and whether more follow.
 	Projects(tx pipeline.Tx, after string, limit int) (page []*Project, more bool, err error)
@@ -41,9 +45,6 @@ type Store interface {
 	// starting after the id after ("" for the first page), and whether more
 	// follow. It does not check that the project exists.
 	Records(tx pipeline.Tx, projectID, after string, limit int) (page []*Record, more bool, err error)
-	// CountRecords returns how many records the project has. It may take
-	// time in proportion to that number; it serves previews only.
-	CountRecords(tx pipeline.Tx, projectID string) (int, error)
 }
 
 // The refusals, a fixed catalogue of sentences for the agent. Each names

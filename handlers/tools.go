@@ -24,7 +24,8 @@ func Tools(s Store) []*pipeline.Tool {
 			Name:  "delete_project",
 			Title: "Delete a project",
 			Description: "Deletes an empty project. Without \"confirm\": true it deletes nothing and previews the " +
-				"project and its record count; send it again with the same idempotency_key and \"confirm\": true to delete.",
+				"project, or answers the refusal the deletion would meet; send it again with the same idempotency_key " +
+				"and \"confirm\": true to delete.",
 			Destructive: true,
 			Run:         h.deleteProject,
 			Preview:     h.previewProject,
@@ -48,7 +49,8 @@ func Tools(s Store) []*pipeline.Tool {
 			Name:  "delete_record",
 			Title: "Delete a record",
 			Description: "Deletes an unlocked record. Without \"confirm\": true it deletes nothing and previews the " +
-				"record; send it again with the same idempotency_key and \"confirm\": true to delete.",
+				"record, or answers the refusal the deletion would meet; send it again with the same idempotency_key " +
+				"and \"confirm\": true to delete.",
 			Destructive: true,
 			Run:         h.deleteRecord,
 			Preview:     h.previewRecord,

@@ -183,7 +183,8 @@ type GetRecordInput struct {
 	RecordRef
 }
 
-// ProjectResult is the output of the tools that return one project.
+// ProjectResult is the output of the tools that return one project, and
+// delete_project's preview.
 type ProjectResult struct {
 	Project *Project `json:"project"`
 }
@@ -215,11 +216,4 @@ type ProjectList struct {
 type RecordList struct {
 	Records    []*Record `json:"records"`
 	NextCursor string    `json:"next_cursor,omitempty" jsonschema_description:"Send as cursor for the next page; absent on the last page."`
-}
-
-// ProjectPreview is what an unconfirmed delete_project answers: the project
-// and how many records it still has (the deletion is refused unless none).
-type ProjectPreview struct {
-	Project *Project `json:"project"`
-	Records int      `json:"records"`
 }

@@ -178,7 +178,7 @@ func (Store) DeleteProject(tx pipeline.Tx, id string) error {
 	case p == nil:
 		return handlers.ProjectNotFound()
 	}
-	if k, _ := b.records.Cursor().Seek([]byte(id)); bytes.HasPrefix(k, []byte(id)) {
+	if hasRecords(b, id) {
 		return handlers.ProjectNotEmpty()
 	}
 	if err := b.names.Delete([]byte(p.Name)); err != nil {
@@ -240,17 +240,17 @@ func (Store) Records(tx pipeline.Tx, projectID, after string, limit int) ([]*han
 	return list[handlers.Record](b.records, []byte(projectID), after, limit)
 }
 
-// CountRecords implements handlers.Store. It walks the project's key range.
-func (Store) CountRecords(tx pipeline.Tx, projectID string) (int, error) {
+// HasRecords implements handlers.Store, with one seek.
+func (Store) HasRecords(tx pipeline.Tx, projectID string) (bool, error) {
 	b, err := open(tx)
 	if err != nil {
-		return 0, err
+		return false, err
 	}
-	prefix := []byte(projectID)
-	n := 0
-	c := b.records.Cursor()
-	for k, _ := c.Seek(prefix); bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		n++
-	}
-	return n, nil
+	return hasRecords(b, projectID), nil
+}
+
+// hasRecords reports whether the project's key range holds a record.
+func hasRecords(b *buckets, projectID string) bool {
+	k, _ := b.records.Cursor().Seek([]byte(projectID))
+	return bytes.HasPrefix(k, []byte(projectID))
 }

@@ -8,7 +8,7 @@
 // unique; "records" maps a project id followed by a record id to the
 // record's JSON. Ids are ULIDs of fixed length, so a project's records are
 // one key range in id order (creation order), which lists scan and which
-// DeleteProject probes with one seek.
+// HasRecords and DeleteProject probe with one seek.
 //
 // Caveats: entities are stored as the JSON of handlers.Project and
 // handlers.Record, so a change to those types is a change of the stored
