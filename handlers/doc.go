@@ -8,10 +8,12 @@
 // only reads and writes through the Store it is given and returns either a
 // result or one of the domain codes NOT_FOUND, REVISION_CONFLICT,
 // ALREADY_EXISTS, RECORD_LOCKED and PROJECT_NOT_EMPTY. Its input has already
-// been parsed strictly against the schema generated from its input type, so
-// handlers check only what a schema cannot: existence, revisions and locks
-// (the Store keeps names unique). Every entity a write changes, and the entity a refusal is
-// about, is named to the pipeline with Op.Touch for the audit event.
+// been parsed strictly against the schema generated from its input type, and
+// checked by the input's Validate for the text rules a schema cannot state
+// (names, titles, NUL; see text.go), so handlers check only existence,
+// revisions and locks (the Store keeps names unique). Every entity a write
+// changes, and the entity a refusal is about, is named to the pipeline with
+// Op.Touch for the audit event.
 //
 // The Store interface is owned here, so that a second backend can be added
 // beside handlers/boltstore without touching the handlers.
@@ -26,8 +28,10 @@
 //   - A locked record refuses updates and deletion; an update that sets
 //     "locked": false unlocks it and applies its other changes in the same
 //     write.
-//   - Names are unique exactly as written: the comparison is case-sensitive
-//     and does not normalize Unicode.
+//   - Names are stored as the PRECIS Nickname profile enforces them (NFKC,
+//     spaces mapped) and are unique by NameKey, which also ignores case:
+//     "Alpha" and "alpha" cannot both exist, and a project may change the
+//     case of its own name.
 //   - Lists are ordered by id, which is creation order (ids are ULIDs). The
 //     cursor is opaque to clients; entities created after a page was read
 //     may appear on later pages, entities deleted meanwhile do not.

@@ -438,8 +438,9 @@ func targetR(f fixture) auditlog.Target {
 	return auditlog.Target{Kind: "record", ID: f.R.ID, Revision: 1}
 }
 
-// Ensure names are unique, exactly as written, on create and on rename,
-// and free again once their project is deleted or renamed.
+// Ensure names are unique on create and on rename, and free again once
+// their project is deleted or renamed; a project may change the case of
+// its own name.
 func TestAlreadyExists(t *testing.T) {
 	e := MustStart(t)
 	f := mustFixture(e)
@@ -455,8 +456,9 @@ func TestAlreadyExists(t *testing.T) {
 		t.Fatalf("refused rename changed the project: %+v", q)
 	}
 
-	e.CreateProject("Alpha") // case-sensitive
-	MustOK[handlers.ProjectResult](t, e.Write("update_project", f.expand(`{"project_id":"$P","expected_revision":1,"name":"alpha"}`)))
+	if p := MustOK[handlers.ProjectResult](t, e.Write("update_project", f.expand(`{"project_id":"$P","expected_revision":1,"name":"ALPHA"}`))).Project; p.Name != "ALPHA" {
+		t.Fatalf("renamed to its own name in capitals: %q", p.Name)
+	}
 	MustOK[handlers.ProjectResult](t, e.Write("update_project", f.expand(`{"project_id":"$P","expected_revision":2,"name":"gamma"}`)))
 	e.CreateProject("alpha") // freed by the rename
 	MustOK[handlers.DeletedResult](t, e.Write("delete_project", f.expand(`{"project_id":"$Q","confirm":true}`)))

@@ -14,11 +14,14 @@ type Store interface {
 	// Project returns NOT_FOUND (ProjectNotFound) if there is no project
 	// with the id.
 	Project(tx pipeline.Tx, id string) (*Project, error)
-	// ProjectByName returns the project with exactly this name, or nil. It
-	// names the holder of a taken name in a refusal's audit event.
+	// ProjectByName returns the project whose name is the same name as
+	// name, compared by NameKey, or nil. It names the holder of a taken
+	// name in a refusal's audit event.
 	ProjectByName(tx pipeline.Tx, name string) (*Project, error)
-	// PutProject creates or replaces p, keeping names unique: it returns
-	// ALREADY_EXISTS (NameTaken) if another project holds p.Name.
+	// PutProject creates or replaces p, keeping names unique as NameKey
+	// compares them: it returns ALREADY_EXISTS (NameTaken) if another
+	// project holds a name with p.Name's key. p.Name is as the strict parse
+	// normalised it.
 	PutProject(tx pipeline.Tx, p *Project) error
 	// DeleteProject deletes the project and frees its name. It returns
 	// NOT_FOUND (ProjectNotFound) if there is none, and PROJECT_NOT_EMPTY

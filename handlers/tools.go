@@ -9,7 +9,7 @@ func Tools(s Store) []*pipeline.Tool {
 		pipeline.MustDefine(pipeline.Spec[CreateProjectInput, ProjectResult]{
 			Name:  "create_project",
 			Title: "Create a project",
-			Description: "Creates a project with a unique name. Retrying with the same idempotency_key " +
+			Description: "Creates a project with a unique name (compared without regard to case). Retrying with the same idempotency_key " +
 				"returns the first answer instead of creating a second project.",
 			Run: h.createProject,
 		}),

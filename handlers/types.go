@@ -9,7 +9,7 @@ import (
 // Project is a named container of records, as stored and as returned.
 type Project struct {
 	ID          string    `json:"id" jsonschema_description:"The project's id (a ULID)."`
-	Name        string    `json:"name" jsonschema_description:"Unique among projects."`
+	Name        string    `json:"name" jsonschema_description:"Unique among projects, compared without regard to case; as stored, normalised to NFKC with spaces mapped as PRECIS (RFC 8266) prescribes for nicknames."`
 	Description string    `json:"description"`
 	Labels      []string  `json:"labels"`
 	Revision    int64     `json:"revision" jsonschema_description:"Starts at 1; every update increments it."`
@@ -111,9 +111,9 @@ func (pg Page) limit() int {
 // CreateProjectInput is the input of create_project.
 type CreateProjectInput struct {
 	pipeline.Key
-	Name        string   `json:"name" jsonschema:"minLength=1,maxLength=100" jsonschema_description:"Unique among projects, case-sensitive."`
-	Description string   `json:"description,omitempty" jsonschema:"maxLength=2000"`
-	Labels      []string `json:"labels,omitempty" jsonschema:"maxItems=20,minLength=1,maxLength=50"`
+	Name        string   `json:"name" jsonschema:"minLength=1,maxLength=100" jsonschema_description:"Unique among projects, compared without regard to case. Normalised as PRECIS (RFC 8266) prescribes for nicknames: NFKC, spaces mapped; no control, format, private-use or unassigned characters, and no space at either end. 1 to 100 characters (Unicode code points), also once normalised."`
+	Description string   `json:"description,omitempty" jsonschema:"maxLength=2000" jsonschema_description:"Free text, any characters but NUL."`
+	Labels      []string `json:"labels,omitempty" jsonschema:"maxItems=20,minLength=1,maxLength=50" jsonschema_description:"Up to 20 labels, each a single line without control or format characters."`
 }
 
 // UpdateProjectInput is the input of update_project.
@@ -121,9 +121,9 @@ type UpdateProjectInput struct {
 	pipeline.Key
 	ProjectRef
 	ExpectedRevision int64     `json:"expected_revision" jsonschema:"minimum=1" jsonschema_description:"The project's current revision, as last read."`
-	Name             *string   `json:"name,omitempty" jsonschema:"minLength=1,maxLength=100" jsonschema_description:"A new name, unique among projects."`
-	Description      *string   `json:"description,omitempty" jsonschema:"maxLength=2000"`
-	Labels           *[]string `json:"labels,omitempty" jsonschema:"maxItems=20,minLength=1,maxLength=50" jsonschema_description:"Replaces all labels."`
+	Name             *string   `json:"name,omitempty" jsonschema:"minLength=1,maxLength=100" jsonschema_description:"A new name, under the same rules as create_project's: unique among projects compared without regard to case, normalised as PRECIS prescribes for nicknames."`
+	Description      *string   `json:"description,omitempty" jsonschema:"maxLength=2000" jsonschema_description:"Replaces the description: free text, any characters but NUL."`
+	Labels           *[]string `json:"labels,omitempty" jsonschema:"maxItems=20,minLength=1,maxLength=50" jsonschema_description:"Replaces all labels: up to 20, each a single line without control or format characters."`
 }
 
 // DeleteProjectInput is the input of delete_project.
@@ -138,9 +138,9 @@ type DeleteProjectInput struct {
 type CreateRecordInput struct {
 	pipeline.Key
 	ProjectRef
-	Title  string `json:"title" jsonschema:"minLength=1,maxLength=200"`
-	Body   string `json:"body,omitempty" jsonschema:"maxLength=65536" jsonschema_description:"Free text."`
-	Fields Fields `json:"fields,omitempty" jsonschema_description:"Named scalar values: each a string of at most 1000 characters, a number or a boolean; at most 64, with names of letters, digits and _.-"`
+	Title  string `json:"title" jsonschema:"minLength=1,maxLength=200" jsonschema_description:"A single line: no control or format characters (Unicode Cc, Cf), such as line breaks, bidi overrides and zero-width marks."`
+	Body   string `json:"body,omitempty" jsonschema:"maxLength=65536" jsonschema_description:"Free text, any characters but NUL."`
+	Fields Fields `json:"fields,omitempty" jsonschema_description:"Named scalar values: each a string of at most 1000 characters without NUL, a number or a boolean; at most 64, with names of letters, digits and _.-"`
 }
 
 // UpdateRecordInput is the input of update_record.
@@ -148,9 +148,9 @@ type UpdateRecordInput struct {
 	pipeline.Key
 	RecordRef
 	ExpectedRevision int64   `json:"expected_revision" jsonschema:"minimum=1" jsonschema_description:"The record's current revision, as last read."`
-	Title            *string `json:"title,omitempty" jsonschema:"minLength=1,maxLength=200"`
-	Body             *string `json:"body,omitempty" jsonschema:"maxLength=65536"`
-	Fields           *Fields `json:"fields,omitempty" jsonschema_description:"Replaces all fields: each a string of at most 1000 characters, a number or a boolean."`
+	Title            *string `json:"title,omitempty" jsonschema:"minLength=1,maxLength=200" jsonschema_description:"Replaces the title: a single line without control or format characters."`
+	Body             *string `json:"body,omitempty" jsonschema:"maxLength=65536" jsonschema_description:"Replaces the body: free text, any characters but NUL."`
+	Fields           *Fields `json:"fields,omitempty" jsonschema_description:"Replaces all fields: each a string of at most 1000 characters without NUL, a number or a boolean."`
 	Locked           *bool   `json:"locked,omitempty" jsonschema_description:"true locks the record; false unlocks it, and is the only update a locked record accepts."`
 }
 

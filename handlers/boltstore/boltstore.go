@@ -124,13 +124,27 @@ func (Store) Project(tx pipeline.Tx, id string) (*handlers.Project, error) {
 	return p, err
 }
 
+// nameKey is the key of a name in the names bucket: its comparison key,
+// so that names the same as NameKey compares them share one entry.
+func nameKey(name string) ([]byte, error) {
+	k, err := handlers.NameKey(name)
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: a project name has no comparison key: %w", err)
+	}
+	return []byte(k), nil
+}
+
 // ProjectByName implements handlers.Store.
 func (Store) ProjectByName(tx pipeline.Tx, name string) (*handlers.Project, error) {
 	b, err := open(tx)
 	if err != nil {
 		return nil, err
 	}
-	id := b.names.Get([]byte(name))
+	key, err := nameKey(name)
+	if err != nil {
+		return nil, err
+	}
+	id := b.names.Get(key)
 	if id == nil {
 		return nil, nil
 	}
@@ -147,19 +161,31 @@ func (Store) PutProject(tx pipeline.Tx, p *handlers.Project) error {
 	if err != nil {
 		return err
 	}
-	if holder := b.names.Get([]byte(p.Name)); holder != nil && string(holder) != p.ID {
+	key, err := nameKey(p.Name)
+	if err != nil {
+		return err
+	}
+	if holder := b.names.Get(key); holder != nil && string(holder) != p.ID {
 		return handlers.NameTaken()
 	}
 	old, err := get[handlers.Project](b.projects, []byte(p.ID))
 	if err != nil {
 		return err
 	}
-	if old != nil && old.Name != p.Name {
-		if err := b.names.Delete([]byte(old.Name)); err != nil {
+	if old != nil {
+		// A rename frees the old name's key, unless the new name has the
+		// same key (a change of case, say).
+		oldKey, err := nameKey(old.Name)
+		if err != nil {
 			return err
 		}
+		if !bytes.Equal(oldKey, key) {
+			if err := b.names.Delete(oldKey); err != nil {
+				return err
+			}
+		}
 	}
-	if err := b.names.Put([]byte(p.Name), []byte(p.ID)); err != nil {
+	if err := b.names.Put(key, []byte(p.ID)); err != nil {
 		return err
 	}
 	return put(b.projects, []byte(p.ID), p)
@@ -181,7 +207,11 @@ func (Store) DeleteProject(tx pipeline.Tx, id string) error {
 	if hasRecords(b, id) {
 		return handlers.ProjectNotEmpty()
 	}
-	if err := b.names.Delete([]byte(p.Name)); err != nil {
+	key, err := nameKey(p.Name)
+	if err != nil {
+		return err
+	}
+	if err := b.names.Delete(key); err != nil {
 		return err
 	}
 	return b.projects.Delete([]byte(id))

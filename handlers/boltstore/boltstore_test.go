@@ -3,7 +3,10 @@ package boltstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
@@ -58,6 +61,75 @@ func TestPutProject_NameIndex(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Ensure the name index keys on the comparison form of a name: look-alikes
+// (another normal form, another case) are one name, whichever was stored,
+// a project may change the case of its own name, and a rename or deletion
+// frees the key.
+func TestPutProject_NameIndexComparesNames(t *testing.T) {
+	db := MustOpen(t)
+	s := boltstore.Store{}
+	a := &handlers.Project{ID: "01AAAAAAAAAAAAAAAAAAAAAAAA", Name: "Caf\u00e9", Revision: 1}
+	b := &handlers.Project{ID: "01BBBBBBBBBBBBBBBBBBBBBBBB", Revision: 1}
+	err := db.Update(context.Background(), func(tx pipeline.Tx) error {
+		if err := s.PutProject(tx, a); err != nil {
+			return err
+		}
+		for _, name := range []string{"Caf\u00e9", "caf\u00e9", "CAF\u00c9", "Cafe\u0301"} {
+			b.Name = name
+			if code := pipeline.ErrorCode(s.PutProject(tx, b)); code != pipeline.AlreadyExists {
+				t.Errorf("a second project named %+q: %q, want ALREADY_EXISTS", name, code)
+			}
+			if got, err := s.ProjectByName(tx, name); err != nil || got == nil || got.ID != a.ID {
+				t.Errorf("ProjectByName(%+q) = %+v, %v; want the first project", name, got, err)
+			}
+		}
+		a.Name = "CAF\u00c9"
+		if err := s.PutProject(tx, a); err != nil {
+			return fmt.Errorf("change of case: %w", err)
+		}
+		a.Name = "other"
+		if err := s.PutProject(tx, a); err != nil {
+			return err
+		}
+		b.Name = "caf\u00e9" // freed by the rename
+		if err := s.PutProject(tx, b); err != nil {
+			return err
+		}
+		if err := s.DeleteProject(tx, b.ID); err != nil {
+			return err
+		}
+		if got, err := s.ProjectByName(tx, "Caf\u00e9"); err != nil || got != nil {
+			t.Errorf("ProjectByName after the deletion = %+v, %v; want none", got, err)
+		}
+		// Exactly one index entry per project: a rename or deletion leaves
+		// none behind.
+		n := 0
+		err := tx.(*bolt.Tx).Bucket([]byte("project_names")).ForEach(func(_, _ []byte) error { n++; return nil })
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			t.Errorf("name index entries = %d, want 1", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Ensure a name that NameKey cannot compare is refused as a fault, not
+// stored: only names the strict parse normalised reach the store.
+func TestPutProject_UncomparableName(t *testing.T) {
+	db := MustOpen(t)
+	err := db.Update(context.Background(), func(tx pipeline.Tx) error {
+		return boltstore.Store{}.PutProject(tx, &handlers.Project{ID: "01AAAAAAAAAAAAAAAAAAAAAAAA", Name: "a\u202eb", Revision: 1})
+	})
+	if code := pipeline.ErrorCode(err); code != pipeline.Internal {
+		t.Fatalf("PutProject with an unnormalised name: %q, want INTERNAL", code)
 	}
 }
 
