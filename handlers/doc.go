@@ -33,8 +33,9 @@
 //     "Alpha" and "alpha" cannot both exist, and a project may change the
 //     case of its own name.
 //   - Lists are ordered by id, which is creation order (ids are ULIDs). The
-//     cursor is opaque to clients; entities created after a page was read
-//     may appear on later pages, entities deleted meanwhile do not.
+//     cursor is the id of the last item of the previous page, and its
+//     schema says so; entities created after a page was read may appear on
+//     later pages, entities deleted meanwhile do not.
 //   - An unconfirmed delete answers the refusal the confirmed call would
 //     meet (NOT_FOUND, REVISION_CONFLICT, RECORD_LOCKED, PROJECT_NOT_EMPTY)
 //     instead of a preview: both go through one check.

@@ -788,7 +788,10 @@ func TestInputRules(t *testing.T) {
 }
 
 // Ensure every input object is closed, that write tools require an
-// idempotency key and read tools take none, and that no member is nullable.
+// idempotency key and read tools take none, that no member is nullable,
+// that every property of every input and output schema is described (and
+// none whose form a pattern pins is called opaque), and that the
+// annotations tell the truth: updates overwrite, deletions are destructive.
 // The schemas themselves are golden files of the end-to-end tests
 // (cmd/writerd/testdata/tools), as tools/list shows them.
 func TestSchemas(t *testing.T) {
@@ -797,9 +800,38 @@ func TestSchemas(t *testing.T) {
 		t.Fatalf("tools = %d, want 10", len(tools))
 	}
 	for _, tool := range tools {
-		var in map[string]any
+		var in, out map[string]any
 		if err := json.Unmarshal(tool.InputSchema, &in); err != nil {
 			t.Fatal(err)
+		}
+		if err := json.Unmarshal(tool.OutputSchema, &out); err != nil {
+			t.Fatal(err)
+		}
+		for side, schema := range map[string]map[string]any{"input": in, "output": out} {
+			walkObjects(schema, func(at string, s map[string]any) {
+				props, _ := s["properties"].(map[string]any)
+				for name, sub := range props {
+					p := sub.(map[string]any)
+					d, _ := p["description"].(string)
+					if strings.TrimSpace(d) == "" {
+						t.Errorf("%s: %s property %s/%s has no description", tool.Name, side, at, name)
+					}
+					if _, pinned := p["pattern"]; pinned && strings.Contains(strings.ToLower(d), "opaque") {
+						t.Errorf("%s: %s property %s/%s has a pattern but is described as opaque", tool.Name, side, at, name)
+					}
+				}
+			})
+		}
+		verb, _, _ := strings.Cut(tool.Name, "_")
+		kind := map[string][3]bool{ // ReadOnly, Destructive, Overwrites
+			"create": {false, false, false},
+			"update": {false, false, true},
+			"delete": {false, true, false},
+			"list":   {true, false, false},
+			"get":    {true, false, false},
+		}[verb]
+		if got := [3]bool{tool.ReadOnly, tool.Destructive, tool.Overwrites}; got != kind {
+			t.Errorf("%s: read-only, destructive, overwrites = %v, want %v", tool.Name, got, kind)
 		}
 		walkObjects(in, func(at string, s map[string]any) {
 			if _, isStruct := s["properties"]; isStruct && s["additionalProperties"] != false {

@@ -18,7 +18,8 @@ func Tools(s Store) []*pipeline.Tool {
 			Title: "Update a project",
 			Description: "Changes the given members of a project whose revision is expected_revision, and increments " +
 				"its revision. Retrying with the same idempotency_key returns the first answer.",
-			Run: h.updateProject,
+			Overwrites: true,
+			Run:        h.updateProject,
 		}),
 		pipeline.MustDefine(pipeline.Spec[DeleteProjectInput, DeletedResult]{
 			Name:  "delete_project",
@@ -43,7 +44,8 @@ func Tools(s Store) []*pipeline.Tool {
 			Description: "Changes the given members of a record whose revision is expected_revision, and increments " +
 				"its revision; a locked record accepts only an update that sets locked to false. Retrying with the " +
 				"same idempotency_key returns the first answer.",
-			Run: h.updateRecord,
+			Overwrites: true,
+			Run:        h.updateRecord,
 		}),
 		pipeline.MustDefine(pipeline.Spec[DeleteRecordInput, DeletedResult]{
 			Name:  "delete_record",

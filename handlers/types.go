@@ -10,24 +10,24 @@ import (
 type Project struct {
 	ID          string    `json:"id" jsonschema_description:"The project's id (a ULID)."`
 	Name        string    `json:"name" jsonschema_description:"Unique among projects, compared without regard to case; as stored, normalised to NFKC with spaces mapped as PRECIS (RFC 8266) prescribes for nicknames."`
-	Description string    `json:"description"`
-	Labels      []string  `json:"labels"`
+	Description string    `json:"description" jsonschema_description:"Free text; empty if none was given."`
+	Labels      []string  `json:"labels" jsonschema_description:"The project's labels, in the order given."`
 	Revision    int64     `json:"revision" jsonschema_description:"Starts at 1; every update increments it."`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	CreatedAt   time.Time `json:"created_at" jsonschema_description:"When the project was created (RFC 3339, UTC)."`
+	UpdatedAt   time.Time `json:"updated_at" jsonschema_description:"When the project was last changed (RFC 3339, UTC)."`
 }
 
 // Record is an entry of a project, as stored and as returned.
 type Record struct {
 	ID        string    `json:"id" jsonschema_description:"The record's id (a ULID)."`
-	ProjectID string    `json:"project_id"`
-	Title     string    `json:"title"`
-	Body      string    `json:"body"`
+	ProjectID string    `json:"project_id" jsonschema_description:"The id of the project the record belongs to."`
+	Title     string    `json:"title" jsonschema_description:"A single line of text."`
+	Body      string    `json:"body" jsonschema_description:"Free text; empty if none was given."`
 	Fields    Fields    `json:"fields" jsonschema_description:"Named scalar values: strings, numbers and booleans."`
 	Locked    bool      `json:"locked" jsonschema_description:"A locked record refuses updates and deletion until an update sets locked to false."`
 	Revision  int64     `json:"revision" jsonschema_description:"Starts at 1; every update increments it."`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	CreatedAt time.Time `json:"created_at" jsonschema_description:"When the record was created (RFC 3339, UTC)."`
+	UpdatedAt time.Time `json:"updated_at" jsonschema_description:"When the record was last changed (RFC 3339, UTC)."`
 }
 
 // Kinds of entity, as audit event targets name them.
@@ -92,7 +92,7 @@ type RecordRef struct {
 // Page selects a page of a list. Absent members take their defaults.
 type Page struct {
 	Limit  int    `json:"limit,omitempty" jsonschema:"minimum=1,maximum=100,default=50" jsonschema_description:"How many items to return at most (default 50)."`
-	Cursor string `json:"cursor,omitempty" jsonschema:"pattern=^[0-9A-HJKMNP-TV-Z]{26}$,maxLength=26" jsonschema_description:"Opaque: the next_cursor of the previous page; absent for the first page."`
+	Cursor string `json:"cursor,omitempty" jsonschema:"pattern=^[0-9A-HJKMNP-TV-Z]{26}$,maxLength=26" jsonschema_description:"The next_cursor of the previous page, sent back unchanged (a 26-character id); absent for the first page."`
 }
 
 const defaultLimit = 50
@@ -186,34 +186,34 @@ type GetRecordInput struct {
 // ProjectResult is the output of the tools that return one project, and
 // delete_project's preview.
 type ProjectResult struct {
-	Project *Project `json:"project"`
+	Project *Project `json:"project" jsonschema_description:"The project, as it is now."`
 }
 
 // RecordResult is the output of the tools that return one record, and
 // delete_record's preview.
 type RecordResult struct {
-	Record *Record `json:"record"`
+	Record *Record `json:"record" jsonschema_description:"The record, as it is now."`
 }
 
 // DeletedResult is the output of the delete tools.
 type DeletedResult struct {
-	Deleted Deleted `json:"deleted"`
+	Deleted Deleted `json:"deleted" jsonschema_description:"The entity deleted."`
 }
 
 // Deleted names a deleted entity and the revision it had.
 type Deleted struct {
-	ID       string `json:"id"`
-	Revision int64  `json:"revision"`
+	ID       string `json:"id" jsonschema_description:"The deleted entity's id."`
+	Revision int64  `json:"revision" jsonschema_description:"The revision it had when it was deleted."`
 }
 
 // ProjectList is the output of list_projects.
 type ProjectList struct {
-	Projects   []*Project `json:"projects"`
+	Projects   []*Project `json:"projects" jsonschema_description:"Up to limit projects, oldest first."`
 	NextCursor string     `json:"next_cursor,omitempty" jsonschema_description:"Send as cursor for the next page; absent on the last page."`
 }
 
 // RecordList is the output of list_records.
 type RecordList struct {
-	Records    []*Record `json:"records"`
+	Records    []*Record `json:"records" jsonschema_description:"Up to limit records of the project, oldest first."`
 	NextCursor string    `json:"next_cursor,omitempty" jsonschema_description:"Send as cursor for the next page; absent on the last page."`
 }
