@@ -15,9 +15,10 @@ import (
 // Domain is the prefix that separates writerd request digests from any other use of SHA-256.
 const Domain = "writerd-request-v1"
 
-// idempotencyKey is the top-level argument that names a retry, not a request,
-// so it must not take part in the digest that detects a reused key.
-const idempotencyKey = "idempotency_key"
+// notRequest are the top-level arguments that are not part of the request:
+// idempotency_key names a retry, and confirm only gates execution (a
+// confirmed delete resent without it must replay, not conflict).
+var notRequest = []string{"idempotency_key", "confirm"}
 
 // Canonical returns the RFC 8785 canonical form of a JSON value.
 func Canonical(v []byte) ([]byte, error) {
@@ -34,7 +35,8 @@ func Canonical(v []byte) ([]byte, error) {
 
 // Request returns the hex SHA-256 request digest of a tool call: the tool
 // name and the canonical arguments object with its top-level
-// "idempotency_key" member removed (only the top-level one; nested members of that name stay).
+// "idempotency_key" and "confirm" members removed (only the top-level ones;
+// nested members of those names stay).
 func Request(tool string, args []byte) (string, error) {
 	// Canonicalize all of args first, so that the member dropped below is
 	// validated too and no whitespace precedes the first byte.
@@ -49,7 +51,9 @@ func Request(tool string, args []byte) (string, error) {
 	if err := json.Unmarshal(full, &members); err != nil {
 		return "", fmt.Errorf("digest: arguments: %w", err)
 	}
-	delete(members, idempotencyKey)
+	for _, name := range notRequest {
+		delete(members, name)
+	}
 	obj, err := json.Marshal(members)
 	if err != nil {
 		return "", fmt.Errorf("digest: arguments: %w", err)

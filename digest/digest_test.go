@@ -229,8 +229,9 @@ func TestCanonical_LeavesInputIntact(t *testing.T) {
 // base is a create_project call that the variants below respell or change.
 const base = `{"name":"demo","description":"café","labels":{"team":"core","env":"prod"},"expected_revision":3,"idempotency_key":"k-00000001"}`
 
-// Ensure arguments that differ only in member order, whitespace, escapes or
-// the top-level idempotency_key share the digest of base.
+// Ensure arguments that differ only in member order, whitespace, escapes,
+// the top-level idempotency_key or the top-level confirm share the digest
+// of base.
 func TestRequest_SameDigest(t *testing.T) {
 	want := mustRequest(t, "create_project", base)
 	for name, args := range map[string]string{
@@ -243,6 +244,8 @@ func TestRequest_SameDigest(t *testing.T) {
 		"key of another type":     `{"name":"demo","description":"café","labels":{"team":"core","env":"prod"},"expected_revision":3,"idempotency_key":{"x":[1]}}`,
 		"no key":                  `{"name":"demo","description":"café","labels":{"team":"core","env":"prod"},"expected_revision":3}`,
 		"escaped key member name": `{"name":"demo","description":"café","labels":{"team":"core","env":"prod"},"expected_revision":3,"idempotency\u005fkey":"k-00000003"}`,
+		"confirm true":            `{"confirm":true,"name":"demo","description":"café","labels":{"team":"core","env":"prod"},"expected_revision":3,"idempotency_key":"k-00000001"}`,
+		"confirm false":           `{"confirm":false,"name":"demo","description":"café","labels":{"team":"core","env":"prod"},"expected_revision":3,"idempotency_key":"k-00000001"}`,
 	} {
 		if got := mustRequest(t, "create_project", args); got != want {
 			t.Errorf("%s: digest %s, want %s", name, got, want)
@@ -261,7 +264,8 @@ func TestRequest_DifferentDigest(t *testing.T) {
 		{"changed nested value", "create_project", strings.Replace(base, `"prod"`, `"dev"`, 1)},
 		{"string for number", "create_project", strings.Replace(base, `:3,`, `:"3",`, 1)},
 		{"other number", "create_project", strings.Replace(base, `:3,`, `:3.0000000000000004,`, 1)},
-		{"extra member", "create_project", strings.Replace(base, `{"name"`, `{"confirm":true,"name"`, 1)},
+		{"extra member", "create_project", strings.Replace(base, `{"name"`, `{"confirmed":true,"name"`, 1)},
+		{"nested confirm", "create_project", strings.Replace(base, `"env":"prod"`, `"env":"prod","confirm":true`, 1)},
 		{"missing member", "create_project", strings.Replace(base, `"description":"café",`, ``, 1)},
 		{"unnormalized text", "create_project", strings.Replace(base, `café`, "cafe\u0301", 1)},
 		{"nested key", "create_project", strings.Replace(base, `"env":"prod"`, `"env":"prod","idempotency_key":"a"`, 1)},
@@ -359,7 +363,8 @@ func FuzzCanonical(f *testing.F) {
 }
 
 // Ensure Request never panics and its digest survives respelling and any
-// change of the top-level idempotency_key, but not a change of tool.
+// change of the top-level idempotency_key and confirm, but not a change of
+// tool.
 func FuzzRequest(f *testing.F) {
 	for _, s := range []string{
 		base, `{}`, `{"idempotency_key":"k"}`, `{"a":{"idempotency_key":"k"}}`, `{"idempotency\u005fkey":1}`,
@@ -385,6 +390,7 @@ func FuzzRequest(f *testing.F) {
 			t.Fatalf("Request accepted %q that json.Unmarshal refuses: %v", args, err)
 		}
 		members["idempotency_key"] = jsontext.Value(`"k-replaced"`)
+		members["confirm"] = jsontext.Value(`true`)
 		rekeyed, err := json.Marshal(members)
 		if err != nil {
 			t.Fatal(err)

@@ -3,19 +3,22 @@
 // A request digest identifies what a write tool call asks for, independently
 // of how the client happened to spell it. Computing it is stage 5 of the write
 // pipeline (DESIGN.md section 1): it runs once the strict parse (stage 3) has
-// accepted the arguments and the confirmation check (stage 4) has passed. The
-// idempotency stage (6) compares it with the digest recorded under the same
+// accepted the arguments, before the key lookup (stage 5) and the
+// confirmation check (stage 6). The key lookup compares it with the digest recorded under the same
 // key, so that a retry of the same request replays the first answer while a
 // key reused for a different request is refused with IDEMPOTENCY_KEY_REUSED.
 // The same digest is stored in the idempotency record and in the audit event.
 //
 // The digest is the lowercase hex encoding of
 //
-//	SHA-256( "writerd-request-v1" 0x00 tool-name 0x00 JCS(arguments without idempotency_key) )
+//	SHA-256( "writerd-request-v1" 0x00 tool-name 0x00 JCS(arguments without idempotency_key and confirm) )
 //
 // where JCS is the JSON Canonicalization Scheme of RFC 8785 applied to the
-// arguments object after its top-level "idempotency_key" member is removed
-// (members of that name nested deeper are part of the request and stay).
+// arguments object after its top-level "idempotency_key" and "confirm"
+// members are removed (members of those names nested deeper are part of the
+// request and stay). confirm only gates execution: an agent that resends a
+// confirmed delete without it gets the replay, and so learns that the
+// delete happened.
 // Two calls whose arguments differ only in member order, whitespace or string
 // escapes therefore share a digest; any other difference changes it.
 //
