@@ -20,7 +20,8 @@ type Locks struct {
 
 // Acquire waits at most wait for principal's key to be free and takes it. It
 // returns ErrInUse after the wait, or ctx's error if ctx ends first. The
-// returned release must be called exactly once.
+// returned release frees the key; calling it
+// again does nothing.
 func (l *Locks) Acquire(ctx context.Context, principal, key string, wait time.Duration) (release func(), err error) {
 	k := string(storageKey(principal, key))
 	var timer *time.Timer
@@ -37,11 +38,16 @@ func (l *Locks) Acquire(ctx context.Context, principal, key string, wait time.Du
 			if timer != nil {
 				timer.Stop()
 			}
+			var once sync.Once
 			return func() {
-				l.mu.Lock()
-				delete(l.held, k)
-				l.mu.Unlock()
-				close(mine)
+				once.Do(func() {
+					l.mu.Lock()
+					if l.held[k] == mine { // never another holder's
+						delete(l.held, k)
+					}
+					l.mu.Unlock()
+					close(mine)
+				})
 			}, nil
 		}
 		l.mu.Unlock()

@@ -198,3 +198,37 @@ func TestLocks_CrowdWithTimeouts(t *testing.T) {
 	}
 	MustAcquire(t, &l, "p", "k")()
 }
+
+// Ensure a release called twice is harmless: the second call neither
+// frees the key for a later holder's waiters nor panics.
+func TestLocks_ReleaseTwiceIsHarmless(t *testing.T) {
+	var l idempotency.Locks
+	ctx := context.Background()
+	first, err := l.Acquire(ctx, "p", "k-00000001", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first()
+	second, err := l.Acquire(ctx, "p", "k-00000001", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("a second release panicked: %v", r)
+			}
+		}()
+		first()
+	}()
+	if _, err := l.Acquire(ctx, "p", "k-00000001", 10*time.Millisecond); !errors.Is(err, idempotency.ErrInUse) {
+		t.Fatalf("after a stale release, Acquire = %v, want ErrInUse: the second holder still holds the key", err)
+	}
+	second()
+	second()
+	third, err := l.Acquire(ctx, "p", "k-00000001", time.Second)
+	if err != nil {
+		t.Fatalf("after the holder released: %v", err)
+	}
+	third()
+}
