@@ -28,7 +28,11 @@ func (p *Pipeline) update(ctx context.Context, fn func(Tx) error) error {
 	return err
 }
 
-// write runs stages 6 to 8 for a write tool.
+// write runs stages 7 and 8 for a write tool: under the key's lock, the
+// key is looked up again inside the write transaction, the handler runs,
+// and its change, the idempotency record and the audit event commit
+// together. A panic anywhere in the transaction rolls it back and is
+// recorded as a failure.
 func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest string, start time.Time) *Result {
 	reqID := RequestID(ctx)
 	key := in.(keyed).idempotencyKey()
@@ -44,22 +48,19 @@ func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest 
 	}
 	defer release()
 
-	op := &Op{Now: p.cfg.Now(), Caller: c}
+	op := &Op{Caller: c}
 	ev := &auditlog.Event{
 		RequestID: reqID, Principal: c.Principal, Transport: c.Transport,
 		Tool: t.Name, IdempotencyKey: key, Digest: digest,
 	}
 	var rec *idempotency.Record
 	var out []byte
-	err = p.update(ctx, func(tx Tx) error {
-		var err error
-		if rec, err = p.cfg.Keys.Get(tx, c.Principal, key); err != nil {
+	err = p.update(ctx, func(tx Tx) (err error) {
+		defer recoverInto(&err)
+		op.Tx, op.Now, op.targets = tx, p.now(), nil
+		if rec, err = p.settledRecord(tx, c.Principal, key, digest, op.Now); rec != nil || err != nil {
 			return err
 		}
-		if rec.Match(digest, op.Now) != idempotency.Run {
-			return errSettled
-		}
-		op.Tx = tx
 		if out, err = p.dispatch(ctx, t, op, in); err != nil {
 			return err
 		}
@@ -78,6 +79,20 @@ func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest 
 	}
 	p.cfg.Metrics.AuditAppend(true)
 	return &Result{RequestID: reqID, Outcome: OutcomeOK, Output: out, AuditID: ev.ID}
+}
+
+// settledRecord looks the key up inside a write transaction. It returns
+// the record and errSettled if the key has a live record, so that the
+// transaction writes nothing and the call is answered from the record.
+func (p *Pipeline) settledRecord(tx Tx, principal, key, digest string, now time.Time) (*idempotency.Record, error) {
+	rec, err := p.cfg.Keys.Get(tx, principal, key)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Match(digest, now) == idempotency.Run {
+		return nil, nil
+	}
+	return rec, errSettled
 }
 
 // settled answers a call whose key has a live record: the replay or one of
@@ -100,17 +115,31 @@ func (p *Pipeline) settled(reqID string, rec *idempotency.Record, digest string,
 
 // fail is the failure path of stage 8: the handler's changes are rolled
 // back; a failure receipt and exactly one audit event are committed instead.
-// If even those cannot be saved, the client gets the fixed INTERNAL error
+// The key is looked up again first: a commit reported as failed may still
+// have reached the store (bbolt can fail fdatasync after writing the
+// commit's pages), and then the call is answered from its record. If even
+// the receipt cannot be saved, the client gets the fixed INTERNAL error
 // (UNAVAILABLE if the store is closed) and the key stays unused.
 func (p *Pipeline) fail(ctx context.Context, ev *auditlog.Event, op *Op, start time.Time, cause error) *Result {
 	e := handlerError(cause)
-	p.finishEvent(ev, op, start, e)
-	err := p.update(ctx, func(tx Tx) error {
+	var rec *idempotency.Record
+	err := p.update(ctx, func(tx Tx) (err error) {
+		defer recoverInto(&err)
+		op.Now = p.now()
+		if rec, err = p.settledRecord(tx, ev.Principal, ev.IdempotencyKey, ev.Digest, op.Now); rec != nil || err != nil {
+			return err
+		}
+		p.finishEvent(ev, op, start, e)
 		if err := p.cfg.Audit.Append(tx, ev); err != nil {
 			return err
 		}
 		return p.cfg.Keys.Put(tx, p.record(ev, op, idempotency.Failed, nil, e.Code))
 	})
+	if errors.Is(err, errSettled) {
+		p.log.Warn("a write reported as failed was committed; answered from its record",
+			"request_id", ev.RequestID, "cause", cause.Error())
+		return p.settled(ev.RequestID, rec, ev.Digest, op.Now)
+	}
 	p.cfg.Metrics.AuditAppend(err == nil)
 	if err != nil {
 		code := Internal
@@ -151,20 +180,23 @@ func (p *Pipeline) record(ev *auditlog.Event, op *Op, state idempotency.State, o
 }
 
 // dispatch is stage 7 and the check of stage 9: it runs the handler,
-// recovers a panic, and checks the result against the output schema.
+// encodes its result and checks it against the output schema, turning a
+// panic in any of them into an error.
 func (p *Pipeline) dispatch(ctx context.Context, t *Tool, op *Op, in any) ([]byte, error) {
-	out, err := callSafely(func() (any, error) { return t.run(ctx, op, in) })
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil, fmt.Errorf("encode result: %w", err)
-	}
-	if err := checkOutput(t.output, b); err != nil {
-		return nil, fmt.Errorf("tool %s: result breaks its output schema: %w", t.Name, err)
-	}
-	return b, nil
+	return callSafely(func() ([]byte, error) {
+		out, err := t.run(ctx, op, in)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, fmt.Errorf("encode result: %w", err)
+		}
+		if err := checkOutput(t.output, b); err != nil {
+			return nil, fmt.Errorf("tool %s: result breaks its output schema: %w", t.Name, err)
+		}
+		return b, nil
+	})
 }
 
 func checkOutput(s *validator.Schema, b []byte) error {
@@ -177,13 +209,20 @@ func checkOutput(s *validator.Schema, b []byte) error {
 
 // callSafely turns a panic in fn into an error carrying the panic value and
 // stack, for the logs.
-func callSafely(fn func() (any, error)) (v any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			v, err = nil, fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		}
-	}()
+func callSafely[T any](fn func() (T, error)) (v T, err error) {
+	defer recoverInto(&err)
 	return fn()
+}
+
+// recoverInto, deferred, turns a panic into *err.
+func recoverInto(err *error) {
+	if r := recover(); r != nil {
+		*err = panicError(r)
+	}
+}
+
+func panicError(r any) error {
+	return fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 }
 
 // handlerError is what a client may see of an error from a handler or the

@@ -8,9 +8,12 @@
 //
 //	authorize    the caller's scopes allow the tool          PERMISSION_DENIED
 //	parse        limits, then the strict schema parse        INPUT_TOO_LARGE, INVALID_INPUT
-//	confirm      destructive tools need "confirm": true      CONFIRMATION_REQUIRED + preview
 //	digest       the canonical request digest (package digest)
-//	write        idempotency, dispatch and commit, in one transaction
+//	key lookup   a live record answers: replay or conflict   IDEMPOTENCY_KEY_*
+//	confirm      destructive tools need "confirm": true      CONFIRMATION_REQUIRED + preview,
+//	             (a call that would be refused answers that refusal instead)
+//	write        under the key's lock, the key looked up again, the handler,
+//	             the audit event and the record, in one transaction
 //
 // The strict parse enforces the same JSON Schema that tools/list
 // advertises, generated from the tool's Go input type by invopop/jsonschema
@@ -23,10 +26,15 @@
 //
 // Writes commit through one function, Pipeline.update, so that group commit
 // can replace it. A successful write commits the handler's change, its
-// idempotency record and its audit event in one transaction. A failed write
-// rolls the handler's change back and commits a failure receipt and one
-// audit event in a second transaction; if that fails too, the client gets
-// the fixed INTERNAL error and the key stays unused.
+// idempotency record and its audit event in one transaction, with the
+// call's time taken inside it, so that audit times follow commit order. A
+// failed write rolls the handler's change back and commits a failure
+// receipt and one audit event in a second transaction, after looking the
+// key up again (a commit reported as failed may have landed, and is then
+// answered from its record); if that fails too, the client gets the fixed
+// INTERNAL error and the key stays unused. Call never panics and never
+// returns nil: a panic inside a write transaction rolls it back and is
+// recorded as a failure; any other becomes INTERNAL.
 //
 // Errors have two faces: *Error's Code, Message and Retry reach the client;
 // its Err is the private cause, for logs. Public turns any other error into

@@ -31,8 +31,9 @@ type noteIn struct {
 	pipeline.Key
 	Text  string   `json:"text" jsonschema:"minLength=1,maxLength=50"`
 	Count *int     `json:"count,omitempty" jsonschema:"minimum=0,maximum=1000"`
+	Score *float64 `json:"score,omitempty" jsonschema:"minimum=-1,maximum=1"`
 	Tags  []string `json:"tags,omitempty" jsonschema:"maxItems=3,maxLength=10"`
-	Fail  string   `json:"fail,omitempty" jsonschema:"enum=,enum=conflict,enum=error,enum=panic,enum=nil-result,enum=slow"`
+	Fail  string   `json:"fail,omitempty" jsonschema:"enum=,enum=conflict,enum=error,enum=panic,enum=nil-result,enum=slow,enum=marshal-panic,enum=bad-output,enum=invalid-input,enum=key-reused,enum=permission-denied,enum=internal-secret"`
 	Meta  meta     `json:"meta,omitempty"`
 }
 
@@ -51,7 +52,16 @@ type noteOut struct {
 		ID   string `json:"id"`
 		Text string `json:"text"`
 	} `json:"note"`
+	// Rank is never above 10 in a result that keeps its schema.
+	Rank int `json:"rank,omitempty" jsonschema:"maximum=10"`
+	// Odd panics when the result is encoded.
+	Odd *panicky `json:"odd,omitempty"`
 }
+
+// panicky is a result member whose encoding panics.
+type panicky struct{}
+
+func (*panicky) MarshalJSON() ([]byte, error) { panic("secret-marshal-marker") }
 
 type deleteIn struct {
 	pipeline.Key
@@ -83,6 +93,18 @@ func testTools() []*pipeline.Tool {
 					panic("secret-panic-marker")
 				case "nil-result":
 					return nil, nil
+				case "marshal-panic":
+					out.Odd = &panicky{}
+				case "bad-output":
+					out.Rank = 11
+				case "invalid-input":
+					return nil, pipeline.Errorf(pipeline.InvalidInput, "Argument /text is secret-own-code.")
+				case "key-reused":
+					return nil, pipeline.Errorf(pipeline.KeyReused, "The key is secret-own-code.")
+				case "permission-denied":
+					return nil, pipeline.Errorf(pipeline.PermissionDenied, "Denied: secret-own-code.")
+				case "internal-secret":
+					return nil, pipeline.Errorf(pipeline.Internal, "secret-internal-message")
 				case "slow":
 					// Hold the key until the test lets go.
 					slowStarted <- struct{}{}
@@ -100,9 +122,13 @@ func testTools() []*pipeline.Tool {
 				return map[string]string{"deletes": "one note"}, nil
 			},
 			Run: func(_ context.Context, op *pipeline.Op, in *deleteIn) (*noteOut, error) {
+				b := op.Tx.(*bolt.Tx).Bucket(notesBucket)
+				if b.Get([]byte(in.ID)) == nil {
+					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
+				}
 				out := &noteOut{}
 				out.Note.ID = in.ID
-				return out, op.Tx.(*bolt.Tx).Bucket(notesBucket).Delete([]byte(in.ID))
+				return out, b.Delete([]byte(in.ID))
 			},
 		}),
 		pipeline.MustDefine(pipeline.Spec[getIn, noteOut]{
@@ -142,6 +168,19 @@ func MustEnv(t testing.TB, audit func(pipeline.Audit) pipeline.Audit) *env {
 // MustEnvWait is MustEnv with the given wait for a key in use.
 func MustEnvWait(t testing.TB, audit func(pipeline.Audit) pipeline.Audit, keyWait time.Duration) *env {
 	t.Helper()
+	return MustEnvConfig(t, func(c *pipeline.Config) {
+		if audit != nil {
+			c.Audit = audit(c.Audit)
+		}
+		c.KeyWait = keyWait
+	})
+}
+
+// MustEnvConfig is MustEnv with the pipeline's configuration changed by
+// configure, which may wrap the storage, key store or audit log of the
+// real bbolt backend.
+func MustEnvConfig(t testing.TB, configure func(*pipeline.Config)) *env {
+	t.Helper()
 	db, err := boltdb.Open(filepath.Join(t.TempDir(), "data"), func(tx any) error {
 		_, err := tx.(*bolt.Tx).CreateBucketIfNotExists(notesBucket)
 		return err
@@ -150,16 +189,14 @@ func MustEnvWait(t testing.TB, audit func(pipeline.Audit) pipeline.Audit, keyWai
 		t.Fatal(err)
 	}
 	e := &env{t: t, db: db, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), reg: prometheus.NewRegistry()}
-	var a pipeline.Audit = auditlog.Bolt{}
-	if audit != nil {
-		a = audit(a)
-	}
-	e.p = pipeline.New(pipeline.Config{
-		Storage: db, Keys: idempotency.Bolt{}, Audit: a,
-		KeyWait: keyWait,
+	cfg := pipeline.Config{
+		Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{},
+		KeyWait: 2 * time.Second,
 		Metrics: metrics.New(e.reg),
 		Now:     func() time.Time { return e.now },
-	})
+	}
+	configure(&cfg)
+	e.p = pipeline.New(cfg)
 	if err := e.p.Register(testTools()...); err != nil {
 		t.Fatal(err)
 	}

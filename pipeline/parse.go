@@ -297,8 +297,10 @@ func (t *Tool) schemaError(ve *validator.ValidationError) *Error {
 	})
 	e := t.ruleError(leaves[0])
 	if e.rule == "" {
-		kw := leaves[0].ErrorKind.KeywordPath()
-		e.rule = kw[len(kw)-1]
+		e.rule = "schema" // a false subschema has no keyword
+		if kw := leaves[0].ErrorKind.KeywordPath(); len(kw) > 0 {
+			e.rule = kw[len(kw)-1]
+		}
 	}
 	return e
 }
@@ -362,6 +364,10 @@ func (t *Tool) ruleError(e *validator.ValidationError) *Error {
 		return Errorf(InvalidInput, "%s has a member name that breaks the schema's naming rule (propertyNames).", at)
 	case *kind.UniqueItems:
 		return Errorf(InvalidInput, "%s must not repeat an item (uniqueItems).", at)
+	case *kind.Not:
+		return Errorf(InvalidInput, "%s matches a form the schema forbids (not).", at)
+	case *kind.FalseSchema:
+		return Errorf(InvalidInput, "%s is not allowed by the schema.", at)
 	case *kind.AnyOf, *kind.OneOf:
 		return Errorf(InvalidInput, "%s matches none of the forms the schema allows (%s).", at, e.ErrorKind.KeywordPath()[0])
 	default:

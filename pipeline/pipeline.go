@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -53,6 +54,9 @@ type Pipeline struct {
 
 	mu    sync.RWMutex
 	tools map[string]*Tool
+
+	clockMu sync.Mutex
+	last    time.Time // the latest time now gave
 }
 
 // New returns a Pipeline with no tools registered.
@@ -105,16 +109,23 @@ func (p *Pipeline) Tools() []*Tool {
 
 // Call is the one path to a handler. Every transport, and any Go program
 // embedding the pipeline, calls it with a tool name and the raw argument
-// bytes; it never returns nil.
+// bytes. It never panics and never returns nil, whatever a tool or a store
+// does: a panic outside the recovered write becomes the fixed INTERNAL
+// error with retry same_key, since nothing is known to be recorded.
 func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte) (res *Result) {
 	start := time.Now()
 	if RequestID(ctx) == "" {
 		ctx = WithRequestID(ctx, ulid.Make().String())
 	}
-	log := p.log.With("request_id", RequestID(ctx), "principal", c.Principal, "tool", tool, "transport", c.Transport)
 	var t *Tool
 	defer func() {
-		p.logResult(log, res, start)
+		if r := recover(); r != nil {
+			res = p.reject(ctx, Wrap(Internal, panicError(r), InternalMessage))
+		}
+		if res == nil {
+			res = p.reject(ctx, Wrap(Internal, errors.New("pipeline: call returned no result"), InternalMessage))
+		}
+		p.logResult(p.callLog(ctx, c, t), res, start)
 		p.count(t, res, start)
 	}()
 
@@ -129,17 +140,68 @@ func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte)
 	if t.ReadOnly {
 		return p.read(ctx, c, t, in)
 	}
-	if err := p.confirm(ctx, c, t, in); err != nil {
-		return p.reject(ctx, err)
-	}
 	d, err := digest.Request(tool, canonical)
 	if err != nil {
 		return p.reject(ctx, Wrap(Internal, err, InternalMessage))
+	}
+	key := in.(keyed).idempotencyKey()
+	if res := p.lookup(ctx, c, key, d); res != nil { // stage 5
+		return res
+	}
+	if err := p.confirm(ctx, c, t, in); err != nil { // stage 6
+		return p.reject(ctx, err)
 	}
 	// Idempotency, the handler and the audit event, through the one commit
 	// path; a failed handler's changes roll back and its receipt and audit
 	// event are committed instead.
 	return p.write(ctx, c, t, in, d, start)
+}
+
+// callLog is the logger of one call. The tool is named only if it is
+// registered: an unknown name is the caller's text.
+func (p *Pipeline) callLog(ctx context.Context, c Caller, t *Tool) *slog.Logger {
+	tool := "unknown"
+	if t != nil {
+		tool = t.Name
+	}
+	return p.log.With("request_id", RequestID(ctx), "principal", c.Principal, "tool", tool, "transport", c.Transport)
+}
+
+// lookup is stage 5, before confirmation: a key with a live record answers
+// from it (the replay, or a conflict) without running anything, so that a
+// confirmed delete resent without "confirm" replays instead of previewing.
+// It reads in a read transaction; a key with no live record returns nil,
+// and the write looks it up again inside its own transaction.
+func (p *Pipeline) lookup(ctx context.Context, c Caller, key, digest string) *Result {
+	var rec *idempotency.Record
+	err := p.cfg.Storage.View(ctx, func(tx Tx) error {
+		var err error
+		rec, err = p.cfg.Keys.Get(tx, c.Principal, key)
+		return err
+	})
+	if err != nil {
+		return p.reject(ctx, err)
+	}
+	now := p.now()
+	if rec.Match(digest, now) == idempotency.Run {
+		return nil
+	}
+	return p.settled(RequestID(ctx), rec, digest, now)
+}
+
+// now is the pipeline's clock: Config.Now, never earlier than a time it
+// gave before. Writes take their time inside their transaction, so that
+// audit times follow the order of commits even if the wall clock steps
+// back.
+func (p *Pipeline) now() time.Time {
+	t := p.cfg.Now()
+	p.clockMu.Lock()
+	defer p.clockMu.Unlock()
+	if t.Before(p.last) {
+		t = p.last
+	}
+	p.last = t
+	return t
 }
 
 // authorize is stage 1. It returns the tool whenever it exists, a denied
@@ -161,16 +223,17 @@ func (p *Pipeline) authorize(c Caller, name string) (*Tool, error) {
 	return t, nil
 }
 
-// confirm is stage 4: an unconfirmed destructive call answers with a
-// preview of what it would do, read in a read-only transaction.
+// confirm is stage 6: an unconfirmed destructive call answers with a
+// preview of what it would do, read in a read-only transaction; or, if the
+// confirmed call would be refused, with that refusal.
 func (p *Pipeline) confirm(ctx context.Context, c Caller, t *Tool, in any) error {
 	if !t.Destructive || in.(confirmable).confirmed() {
 		return nil
 	}
-	op := &Op{Now: p.cfg.Now(), Caller: c}
+	op := &Op{Caller: c}
 	var preview any
 	err := p.cfg.Storage.View(ctx, func(tx Tx) error {
-		op.Tx = tx
+		op.Tx, op.Now = tx, p.now()
 		var err error
 		preview, err = callSafely(func() (any, error) { return t.preview(ctx, op, in) })
 		return err
@@ -185,10 +248,10 @@ func (p *Pipeline) confirm(ctx context.Context, c Caller, t *Tool, in any) error
 
 // read runs a read tool: no key, no audit event, a read-only transaction.
 func (p *Pipeline) read(ctx context.Context, c Caller, t *Tool, in any) *Result {
-	op := &Op{Now: p.cfg.Now(), Caller: c}
+	op := &Op{Caller: c}
 	var out []byte
 	err := p.cfg.Storage.View(ctx, func(tx Tx) error {
-		op.Tx = tx
+		op.Tx, op.Now = tx, p.now()
 		var err error
 		out, err = p.dispatch(ctx, t, op, in)
 		return err

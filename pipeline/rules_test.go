@@ -1,0 +1,187 @@
+package pipeline_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/invopop/jsonschema"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// Ensure a result that breaks the tool's own output schema is INTERNAL:
+// nothing is committed but the failure receipt and exactly one failed
+// event.
+func TestCall_OutputSchemaEnforced(t *testing.T) {
+	e := MustEnv(t, nil)
+	r := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a","fail":"bad-output"}`)
+	mustCode(t, r, pipeline.Internal, pipeline.RetryNewKey)
+	if e.notes() != 0 {
+		t.Fatal("a result that breaks its schema was committed")
+	}
+	evs := e.events()
+	if len(evs) != 1 || evs[0].Outcome != auditlog.Failed || evs[0].Code != string(pipeline.Internal) {
+		t.Fatalf("events %+v, want one INTERNAL failure", evs)
+	}
+	if rec := e.record("alice", "k-00000001"); rec == nil || rec.Code != string(pipeline.Internal) || rec.Result != nil {
+		t.Fatalf("record %+v, want the failure receipt", rec)
+	}
+}
+
+// Ensure a record expires exactly after the TTL: ExpiresAt is CreatedAt
+// plus the TTL; the key replays a nanosecond before; at the TTL, before
+// any collection, the key is new again and the call runs.
+func TestCall_KeyTTLEdges(t *testing.T) {
+	const ttl = 90 * time.Minute
+	e := MustEnvConfig(t, func(c *pipeline.Config) { c.KeyTTL = ttl })
+	start := e.now
+	mustOK(t, e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`))
+	rec := e.record("alice", "k-00000001")
+	if !rec.CreatedAt.Equal(start) || !rec.ExpiresAt.Equal(rec.CreatedAt.Add(ttl)) {
+		t.Fatalf("created %v expires %v, want %v and %v", rec.CreatedAt, rec.ExpiresAt, start, start.Add(ttl))
+	}
+	e.now = start.Add(ttl - time.Nanosecond)
+	if r := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`); !r.Replayed {
+		t.Fatalf("just before the TTL: %+v, want the replay", r)
+	}
+	e.now = start.Add(ttl)
+	r := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`)
+	mustOK(t, r)
+	if r.Replayed || e.notes() != 2 || len(e.events()) != 2 {
+		t.Fatalf("at the TTL, uncollected: replayed %v notes %d events %d, want a new write", r.Replayed, e.notes(), len(e.events()))
+	}
+	if rec := e.record("alice", "k-00000001"); !rec.CreatedAt.Equal(start.Add(ttl)) || rec.AuditID != r.AuditID {
+		t.Fatalf("record %+v, want the new write's", rec)
+	}
+}
+
+// Ensure a handler cannot answer with the pipeline's own codes, nor with
+// an INTERNAL of its own words: each reaches the client as INTERNAL with
+// the fixed message, audited once.
+func TestCall_HandlerCannotUsePipelineCodes(t *testing.T) {
+	for _, fail := range []string{"invalid-input", "key-reused", "permission-denied", "internal-secret"} {
+		t.Run(fail, func(t *testing.T) {
+			e := MustEnv(t, nil)
+			r := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a","fail":"`+fail+`"}`)
+			mustCode(t, r, pipeline.Internal, pipeline.RetryNewKey)
+			if r.Err.Message != pipeline.InternalMessage || strings.Contains(string(r.ErrorJSON()), "secret") {
+				t.Fatalf("the answer is %s, want the fixed INTERNAL", r.ErrorJSON())
+			}
+			if evs := e.events(); len(evs) != 1 || evs[0].Code != string(pipeline.Internal) {
+				t.Fatalf("events %+v, want one INTERNAL", evs)
+			}
+		})
+	}
+}
+
+// Ensure Public lets no custom INTERNAL message through.
+func TestPublic_InternalMessageFixed(t *testing.T) {
+	e := pipeline.Public(pipeline.Errorf(pipeline.Internal, "secret at /var/lib"))
+	if e.Code != pipeline.Internal || e.Message != pipeline.InternalMessage {
+		t.Fatalf("Public = %s %q, want INTERNAL %q", e.Code, e.Message, pipeline.InternalMessage)
+	}
+}
+
+// Ensure the byte and depth limits hold at their edge: arguments of exactly
+// the limit are accepted, one more is refused with INPUT_TOO_LARGE.
+func TestCall_LimitEdges(t *testing.T) {
+	lim := pipeline.Limits{MaxBytes: 120, MaxDepth: 2}
+	e := MustEnvConfig(t, func(c *pipeline.Config) { c.Limits = lim })
+	pad := func(args string, size int) string {
+		return args[:len(args)-1] + strings.Repeat(" ", size-len(args)) + "}"
+	}
+	tests := []struct {
+		name, args string
+		code       pipeline.Code // "" accepted
+	}{
+		{"bytes at the limit", pad(`{"idempotency_key":"k-00000001","text":"a"}`, lim.MaxBytes), ""},
+		{"bytes one past", pad(`{"idempotency_key":"k-00000002","text":"a"}`, lim.MaxBytes+1), pipeline.InputTooLarge},
+		{"depth at the limit", `{"idempotency_key":"k-00000003","text":"a","tags":["x"]}`, ""},
+		{"depth one past", `{"idempotency_key":"k-00000004","text":"a","tags":[["x"]]}`, pipeline.InputTooLarge},
+		{"depth one past, object", `{"idempotency_key":"k-00000005","text":"a","meta":{"a":{}}}`, pipeline.InputTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.call(alice, "put_note", tt.args)
+			if tt.code == "" {
+				mustOK(t, r)
+				return
+			}
+			mustCode(t, r, tt.code, pipeline.RetryNewKey)
+		})
+	}
+	if e.notes() != 2 {
+		t.Fatalf("notes %d, want the 2 accepted", e.notes())
+	}
+}
+
+// Ensure a number too small to represent is refused where only the
+// underflow check can refuse it: a number-typed member whose bounds 0
+// would meet.
+func TestCall_UnderflowRefused(t *testing.T) {
+	e := MustEnv(t, nil)
+	for _, n := range []string{"1e-400", "-1e-400", "0." + strings.Repeat("0", 400) + "1"} {
+		r := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a","score":`+n+`}`)
+		mustCode(t, r, pipeline.InvalidInput, pipeline.RetryNewKey)
+	}
+	mustOK(t, e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a","score":0e-400}`))
+}
+
+// Ensure read tools need the read scope: a caller with write alone is
+// denied a read.
+func TestCall_ReadNeedsReadScope(t *testing.T) {
+	e := MustEnv(t, nil)
+	writer := pipeline.Caller{Principal: "w", Scopes: pipeline.ScopeWrite, Transport: pipeline.TransportGo}
+	r := e.call(writer, "get_note", `{"id":"x"}`)
+	mustCode(t, r, pipeline.PermissionDenied, pipeline.RetryNever)
+}
+
+// modeIn has a schema with "not" and a false subschema, which the
+// validator reports with an empty keyword path.
+type modeIn struct {
+	pipeline.Key
+	Mode  string  `json:"mode" jsonschema:"maxLength=10"`
+	Never *string `json:"never,omitempty" jsonschema:"maxLength=10"`
+}
+
+func (modeIn) JSONSchemaExtend(s *jsonschema.Schema) {
+	mode, _ := s.Properties.Get("mode")
+	mode.Not = &jsonschema.Schema{Const: "forbidden"}
+	s.Properties.Set("never", jsonschema.FalseSchema)
+}
+
+// Ensure schemas using "not" and a false subschema reject with
+// INVALID_INPUT and a sentence, without a panic, and accept what they
+// allow.
+func TestCall_NotAndFalseSchemas(t *testing.T) {
+	e := MustEnv(t, nil)
+	tool := pipeline.MustDefine(pipeline.Spec[modeIn, noteOut]{
+		Name: "set_mode", Description: "Sets a mode.",
+		Run: func(context.Context, *pipeline.Op, *modeIn) (*noteOut, error) { return &noteOut{}, nil },
+	})
+	if err := e.p.Register(tool); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range []string{
+		`{"idempotency_key":"k-00000001","mode":"forbidden"}`,
+		`{"idempotency_key":"k-00000001","mode":"ok","never":"x"}`,
+	} {
+		var r *pipeline.Result
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("%s: panic %v", args, p)
+				}
+			}()
+			r = e.call(alice, "set_mode", args)
+		}()
+		mustCode(t, r, pipeline.InvalidInput, pipeline.RetryNewKey)
+		if !strings.HasSuffix(r.Err.Message, ".") || strings.Contains(r.Err.Message, "forbidden") {
+			t.Errorf("%s: message %q", args, r.Err.Message)
+		}
+	}
+	mustOK(t, e.call(alice, "set_mode", `{"idempotency_key":"k-00000001","mode":"ok"}`))
+}
