@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +185,40 @@ func TestCall_NotAndFalseSchemas(t *testing.T) {
 		}
 	}
 	mustOK(t, e.call(alice, "set_mode", `{"idempotency_key":"k-00000001","mode":"ok"}`))
+}
+
+// Ensure the advertised schema says what the strict parse enforces of
+// integers: an integer without bounds of its own is advertised with
+// ±(2^53−1), and one past them is refused.
+func TestDefine_IntegersAdvertiseSafeBounds(t *testing.T) {
+	type in struct {
+		pipeline.Key
+		N int64 `json:"n" jsonschema_description:"Any integer."`
+		M int   `json:"m,omitempty" jsonschema:"minimum=1,maximum=5" jsonschema_description:"A small one."`
+	}
+	tool := pipeline.MustDefine(pipeline.Spec[in, noteOut]{
+		Name: "count", Description: "Counts.",
+		Run: func(context.Context, *pipeline.Op, *in) (*noteOut, error) { return &noteOut{}, nil },
+	})
+	var schema struct {
+		Properties map[string]struct {
+			Minimum, Maximum json.Number
+		}
+	}
+	if err := json.Unmarshal(tool.InputSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	n, m := schema.Properties["n"], schema.Properties["m"]
+	if n.Minimum != "-9007199254740991" || n.Maximum != "9007199254740991" {
+		t.Errorf("n advertised within [%s, %s], want ±(2^53−1)", n.Minimum, n.Maximum)
+	}
+	if m.Minimum != "1" || m.Maximum != "5" {
+		t.Errorf("m advertised within [%s, %s], want its own [1, 5]", m.Minimum, m.Maximum)
+	}
+	e := MustEnv(t, nil)
+	if err := e.p.Register(tool); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, e.call(alice, "count", `{"idempotency_key":"k-00000001","n":-9007199254740991}`))
+	mustCode(t, e.call(alice, "count", `{"idempotency_key":"k-00000002","n":9007199254740992}`), pipeline.InvalidInput, pipeline.RetryNewKey)
 }

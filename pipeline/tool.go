@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -178,6 +179,7 @@ var reflector = jsonschema.Reflector{
 
 func schemaFor[T any](name string) (json.RawMessage, *validator.Schema, error) {
 	s := reflector.ReflectFromType(reflect.TypeFor[T]())
+	boundIntegers(s)
 	raw, err := json.Marshal(s)
 	if err != nil {
 		return nil, nil, err
@@ -195,6 +197,36 @@ func schemaFor[T any](name string) (json.RawMessage, *validator.Schema, error) {
 		return nil, nil, err
 	}
 	return raw, compiled, nil
+}
+
+// boundIntegers gives every integer without bounds of its own the bounds
+// the strict parse enforces, ±(2^53−1), so that the advertised schema says
+// what is enforced.
+func boundIntegers(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if s.Type == "integer" {
+		if s.Minimum == "" {
+			s.Minimum = json.Number(strconv.Itoa(-maxSafeInteger))
+		}
+		if s.Maximum == "" {
+			s.Maximum = json.Number(strconv.Itoa(maxSafeInteger))
+		}
+	}
+	if s.Properties != nil {
+		for pair := s.Properties.Oldest(); pair != nil; pair = pair.Next() {
+			boundIntegers(pair.Value)
+		}
+	}
+	for _, sub := range [][]*jsonschema.Schema{s.AllOf, s.AnyOf, s.OneOf, s.PrefixItems} {
+		for _, x := range sub {
+			boundIntegers(x)
+		}
+	}
+	for _, x := range []*jsonschema.Schema{s.Items, s.AdditionalProperties, s.Not, s.PropertyNames, s.If, s.Then, s.Else, s.Contains} {
+		boundIntegers(x)
+	}
 }
 
 // checkBounded refuses a schema in which a string, array or open object has
