@@ -52,12 +52,13 @@ func TestMain(m *testing.M) {
 
 // daemon is a running writerd serve --stdio and an SDK client session.
 type daemon struct {
-	t       testing.TB
-	dir     string
-	cmd     *exec.Cmd
-	session *sdk.ClientSession
-	stderr  *syncBuffer
-	wire    *syncBuffer // every JSON-RPC frame the client read or wrote
+	t        testing.TB
+	dir      string
+	cmd      *exec.Cmd
+	session  *sdk.ClientSession
+	stopOnce sync.Once
+	stderr   *syncBuffer
+	wire     *syncBuffer // every JSON-RPC frame the client read or wrote
 }
 
 type daemonConfig struct {
@@ -107,13 +108,11 @@ func mustStartWith(t testing.TB, c daemonConfig) *daemon {
 }
 
 // Stop closes the session, which closes the daemon's stdin; it exits, and
-// the SDK's command transport waits for it.
+// the SDK's command transport waits for it. It may be called more than
+// once, and while other goroutines still call the daemon: their calls
+// then fail, as calls on a closed session do.
 func (d *daemon) Stop() {
-	if d.session == nil {
-		return
-	}
-	d.session.Close()
-	d.session = nil
+	d.stopOnce.Do(func() { d.session.Close() })
 }
 
 // Kill ends the daemon with SIGKILL: no shutdown, no final fsync.
