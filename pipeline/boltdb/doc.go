@@ -6,6 +6,25 @@
 // which the bbolt stores of idempotency, auditlog and handlers/boltstore
 // take as their pipeline.Tx. Every commit is fsynced before Update returns.
 //
+// bbolt maps the file and trusts it: a truncated file or a damaged page
+// faults (SIGBUS, SIGSEGV), which no recover can catch. So Open and
+// OpenReadOnly first read the file with ReadAt and check it against its
+// own meta pages (size, magic, version, checksums) and every page of its
+// tree (file.go), and Open runs bbolt's own consistency check once mapped;
+// a damaged file is a *DamagedError, one sentence naming the damage. On a
+// database of 100k writes (303 MiB) the checks cost Open about 140 ms
+// (BenchmarkStartup). Check adds the pipeline's invariants, for tests and
+// writerd check.
+//
+// Pending is the Storage of a daemon whose database another process holds:
+// it answers UNAVAILABLE (retry same_key) with HeldMessage and opens the
+// database as soon as it is free.
+//
+// Errors never carry the data directory's path: storage errors name the
+// file as <data>/writerd.db (DESIGN.md section 8), and unwrap to the
+// original error.
+//
 // Caveats: bbolt allows one writer at a time and one process per file (an
-// exclusive file lock); Open fails fast if another process holds the file.
+// exclusive file lock); Open fails fast with ErrLocked if another process
+// holds the file. The checks read the file as bbolt v1.5 lays it out.
 package boltdb
