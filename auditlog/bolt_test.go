@@ -176,7 +176,7 @@ func TestAppend_RolledBack(t *testing.T) {
 }
 
 // Ensure the stored bytes are the RFC 8785 form of the event (members
-// sorted, no whitespace), with exactly the members of DESIGN.md section 7:
+// sorted, no whitespace), with exactly the members of docs/DESIGN.md section 7:
 // code and status on failures only, targets always.
 func TestAppend_StoredCanonical(t *testing.T) {
 	all := []string{"code", "digest", "duration_ms", "id", "idempotency_key", "outcome",

@@ -1,6 +1,6 @@
 // Package auditlog keeps writerd's audit events: one per dispatched write,
 // success or failure, appended in the same transaction as the write itself
-// (DESIGN.md section 1, stage 8, and section 7).
+// (docs/DESIGN.md section 1, stage 8, and section 7).
 //
 // Each event gets a dense sequence number from 1 and a ULID. Its stored form
 // is its RFC 8785 canonical JSON: those bytes never change once written, so

@@ -14,7 +14,7 @@ const (
 	Failed = "failed"
 )
 
-// Event is one audit event, with the JSON members of DESIGN.md section 7.
+// Event is one audit event, with the JSON members of docs/DESIGN.md section 7.
 type Event struct {
 	Seq            uint64    `json:"seq"`
 	ID             string    `json:"id"`

@@ -1,8 +1,8 @@
 // Package digest holds the canonical JSON and the request digest of writerd.
 //
 // A request digest identifies what a write tool call asks for, independently
-// of how the client happened to spell it. Computing it is stage 5 of the write
-// pipeline (DESIGN.md section 1): it runs once the strict parse (stage 3) has
+// of how the client happened to spell it. Computing it is stage 4 of the write
+// pipeline (docs/DESIGN.md section 1): it runs once the strict parse (stage 3) has
 // accepted the arguments, before the key lookup (stage 5) and the
 // confirmation check (stage 6). The key lookup compares it with the digest recorded under the same
 // key, so that a retry of the same request replays the first answer while a

@@ -1,4 +1,4 @@
-// Package handlers holds writerd's built-in tools (DESIGN.md section 6): a
+// Package handlers holds writerd's built-in tools (docs/DESIGN.md section 6): a
 // small store of projects and of the records inside them, which agents
 // create, update, read and delete.
 //

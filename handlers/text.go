@@ -11,7 +11,7 @@ import (
 	"github.com/writerd/writerd/pipeline"
 )
 
-// The text rules of DESIGN.md section 6 that a JSON Schema cannot state.
+// The text rules of docs/DESIGN.md section 6 that a JSON Schema cannot state.
 // The inputs' Validate methods apply them in the strict parse (stage 3), so
 // that a refusal is INVALID_INPUT with no side effects: a handler, which
 // runs at stage 7, may only answer with the domain codes.

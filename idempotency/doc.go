@@ -3,10 +3,11 @@
 // write completed or failed, the stored result or failure code, the audit
 // event id and an expiry.
 //
-// In the write path (DESIGN.md section 1, stage 6) the pipeline looks the key
-// up inside the same transaction that will run the handler, and writes the
-// record in that transaction too, so a crash leaves either no record or the
-// record together with its write and audit event.
+// In the write path (docs/DESIGN.md section 1, stages 5 and 7) the pipeline
+// looks the key up in a read transaction first, then again inside the
+// transaction that runs the handler, and writes the record in that
+// transaction too, so a crash leaves either no record or the record
+// together with its write and audit event.
 //
 // Match is the state machine: a live record with the same digest replays (or,
 // if the write failed, answers IDEMPOTENCY_KEY_FAILED); a different digest is

@@ -18,7 +18,7 @@ func live(s idempotency.State, ttl time.Duration) *idempotency.Record {
 	}
 }
 
-// Ensure each state of a key leads to the verdict of DESIGN.md section 1,
+// Ensure each state of a key leads to the verdict of docs/DESIGN.md section 1,
 // stage 6, and that an expired record is as good as none.
 func TestRecord_Match(t *testing.T) {
 	tests := []struct {

@@ -8,14 +8,14 @@
 // tool path is not used, because it decodes arguments leniently (duplicate
 // members, last wins) before any check of ours could run.
 //
-// A result is rendered as DESIGN.md section 3 describes: on success the
+// A result is rendered as docs/DESIGN.md section 3 describes: on success the
 // structured result plus the same JSON as one text block; on failure
 // isError with the error envelope as the one text block and no
 // structuredContent. _meta carries writerd/request_id, writerd/audit_id and,
 // on a replay, writerd/replayed.
 //
 // Gate is the one check every JSON-RPC frame passes before the SDK sees
-// it, on every transport (DESIGN.md section 8): one object in UTF-8 with
+// it, on every transport (docs/DESIGN.md section 8): one object in UTF-8 with
 // "jsonrpc": "2.0", no duplicate member at any depth, an id that is absent,
 // a string or an integer within ±(2^53−1), a string method, no batch. A
 // refused frame is answered with a JSON-RPC error of a fixed message (id

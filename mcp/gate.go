@@ -12,7 +12,7 @@ import (
 )
 
 // The gate is the one check every JSON-RPC frame passes before the SDK sees
-// it, whatever the transport (DESIGN.md section 8). The SDK decodes frames
+// it, whatever the transport (docs/DESIGN.md section 8). The SDK decodes frames
 // leniently (duplicate members last-wins, numeric ids through float64) and
 // ends a stdio session at the first frame it cannot decode, so the gate
 // decides what a frame is: a request, a notification, a response to a call
@@ -84,7 +84,7 @@ var (
 	refuseResponse  = Refusal{Code: CodeInvalidRequest, Reason: "response", Message: "Invalid request: a response needs an id and exactly one of result or error, an object."}
 )
 
-// Gate checks one frame against DESIGN.md section 8: one JSON object in
+// Gate checks one frame against docs/DESIGN.md section 8: one JSON object in
 // UTF-8 with "jsonrpc": "2.0", no duplicate member at any depth, an id that
 // is absent, a string or an integer within ±(2^53−1), a string method, no
 // batch. It returns the message, or the refusal to answer it with.

@@ -9,7 +9,7 @@ import (
 	"github.com/writerd/writerd/mcp"
 )
 
-// Ensure the gate lets through exactly the frames DESIGN.md section 8
+// Ensure the gate lets through exactly the frames docs/DESIGN.md section 8
 // allows, each as the kind it is with its id as sent, and refuses every
 // other frame with its code, a fixed message, and the id only when it
 // could be read.

@@ -248,7 +248,7 @@ func decodeWire(t testing.TB, raw []byte) wire {
 	return w
 }
 
-// MustSucceed asserts the success shape of DESIGN.md section 3: the
+// MustSucceed asserts the success shape of docs/DESIGN.md section 3: the
 // structured result and the same bytes as the one text block, and _meta
 // with exactly the keys given (besides writerd/request_id, a ULID). It
 // returns the structured result.
@@ -264,7 +264,7 @@ func MustSucceed(t testing.TB, w wire, metaKeys ...string) json.RawMessage {
 	return w.StructuredContent
 }
 
-// envelope is the error envelope of DESIGN.md section 3.
+// envelope is the error envelope of docs/DESIGN.md section 3.
 type envelope struct {
 	Code      pipeline.Code  `json:"code"`
 	Message   string         `json:"message"`
@@ -273,7 +273,7 @@ type envelope struct {
 	RequestID string         `json:"request_id"`
 }
 
-// MustFail asserts the error shape of DESIGN.md section 3: isError, one
+// MustFail asserts the error shape of docs/DESIGN.md section 3: isError, one
 // text block holding exactly the envelope with code, no structured result,
 // and _meta with exactly the keys given (besides writerd/request_id, the
 // envelope's). It returns the envelope.

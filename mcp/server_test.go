@@ -18,7 +18,7 @@ import (
 )
 
 // Ensure a write, its replay, a refusal and a rejection reach the client in
-// the shapes of DESIGN.md section 3, and that the audit ids in _meta name
+// the shapes of docs/DESIGN.md section 3, and that the audit ids in _meta name
 // the events the writes left: one per write, none for a replay or a
 // rejection.
 func TestCall_Shapes(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package metrics holds writerd's Prometheus collectors (DESIGN.md section
+// Package metrics holds writerd's Prometheus collectors (docs/DESIGN.md section
 // 9), registered on a registry the caller passes in, so that tests and
 // embedding programs keep their own.
 //

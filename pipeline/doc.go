@@ -1,5 +1,5 @@
 // Package pipeline is the one path from a tool call to a handler: the stages
-// of DESIGN.md section 1, the tool registry, the error type with its
+// of docs/DESIGN.md section 1, the tool registry, the error type with its
 // catalogue of codes, and the outcome of every call.
 //
 // Every transport (MCP over stdio or HTTP, the HTTP API) and every Go
@@ -44,5 +44,5 @@
 // up every other write of a bbolt store; handlers are expected to be quick
 // and local. Read tools see a consistent snapshot but take no key and write
 // no audit event. The pipeline imports ulid for request and entity ids, in
-// addition to the packages DESIGN.md section 2 lists.
+// addition to the packages docs/DESIGN.md section 2 lists.
 package pipeline

@@ -6,7 +6,7 @@ import (
 	"net/http"
 )
 
-// Code is a machine-readable error code from the catalogue of DESIGN.md
+// Code is a machine-readable error code from the catalogue of docs/DESIGN.md
 // section 3. Clients branch on it; it never changes meaning.
 type Code string
 
@@ -139,7 +139,7 @@ func ErrorCode(err error) Code {
 	return Public(err).Code
 }
 
-// envelope is the wire shape of an error, DESIGN.md section 3.
+// envelope is the wire shape of an error, docs/DESIGN.md section 3.
 type envelope struct {
 	Error envelopeBody `json:"error"`
 }

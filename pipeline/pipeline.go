@@ -45,7 +45,7 @@ const (
 	collectStep         = 1000 // records examined per collection transaction
 )
 
-// Pipeline runs every call through the stages of DESIGN.md section 1. It is
+// Pipeline runs every call through the stages of docs/DESIGN.md section 1. It is
 // safe for concurrent use.
 type Pipeline struct {
 	cfg   Config

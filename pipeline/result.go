@@ -3,7 +3,7 @@ package pipeline
 import "encoding/json"
 
 // Outcome is how a call ended; every call ends in exactly one
-// (DESIGN.md section 9).
+// (docs/DESIGN.md section 9).
 type Outcome string
 
 const (
@@ -30,7 +30,7 @@ type Result struct {
 	Err *Error
 }
 
-// ErrorJSON renders r.Err as the error envelope of DESIGN.md section 3:
+// ErrorJSON renders r.Err as the error envelope of docs/DESIGN.md section 3:
 // {"error":{"code","message","status","retry","request_id"[,"preview"]}}.
 func (r *Result) ErrorJSON() []byte {
 	e := r.Err

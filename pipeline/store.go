@@ -29,7 +29,7 @@ type Storage interface {
 	View(ctx context.Context, fn func(Tx) error) error
 }
 
-// Keys stores idempotency records (DESIGN.md section 5).
+// Keys stores idempotency records (docs/DESIGN.md section 5).
 type Keys interface {
 	// Get returns the record of principal's key, expired or not, or nil.
 	Get(tx Tx, principal, key string) (*idempotency.Record, error)
@@ -40,7 +40,7 @@ type Keys interface {
 	Collect(tx Tx, now time.Time, from []byte, limit int) (next []byte, deleted int, err error)
 }
 
-// Audit appends audit events (DESIGN.md section 7).
+// Audit appends audit events (docs/DESIGN.md section 7).
 type Audit interface {
 	// Append assigns the event its sequence number and id and stores it as
 	// part of tx.

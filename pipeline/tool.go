@@ -20,7 +20,7 @@ import (
 )
 
 // Key is embedded in the input type of every write tool: the idempotency
-// key of DESIGN.md section 5.
+// key of docs/DESIGN.md section 5.
 type Key struct {
 	IdempotencyKey string `json:"idempotency_key" jsonschema:"minLength=8,maxLength=128,pattern=^[A-Za-z0-9._:-]+$" jsonschema_description:"Chosen by the caller for this write; send the same key to retry it safely."`
 }

@@ -13,7 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// The tools of DESIGN.md section 6 that this build serves.
+// The tools of docs/DESIGN.md section 6 that this build serves.
 var (
 	writeTools = []string{"create_project", "create_record", "delete_project", "delete_record", "update_project", "update_record"}
 	readTools  = []string{"get_project", "get_record", "list_projects", "list_records"}

@@ -163,7 +163,7 @@ func decodeAnswer(t testing.TB, line string) frameAnswer {
 }
 
 // Ensure no frame a client sends ends the session: each hostile frame of
-// every class DESIGN.md section 8 names (not JSON, not an object, batches,
+// every class docs/DESIGN.md section 8 names (not JSON, not an object, batches,
 // no or another jsonrpc, bad ids, a non-string method, a response without
 // id, duplicate members at each level of the envelope) is answered with a
 // JSON-RPC error whose id is null or the id as sent, and a ping after it is

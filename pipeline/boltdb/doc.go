@@ -21,7 +21,7 @@
 // database as soon as it is free.
 //
 // Errors never carry the data directory's path: storage errors name the
-// file as <data>/writerd.db (DESIGN.md section 8), and unwrap to the
+// file as <data>/writerd.db (docs/DESIGN.md section 8), and unwrap to the
 // original error.
 //
 // Caveats: bbolt allows one writer at a time and one process per file (an

@@ -8,7 +8,7 @@ import (
 )
 
 // redactedError is a storage error whose text names files under the data
-// directory as <data>/… (DESIGN.md section 8: no log line or answer holds
+// directory as <data>/… (docs/DESIGN.md section 8: no log line or answer holds
 // a file path). It unwraps to the original error, for errors.Is and
 // errors.As.
 type redactedError struct {
