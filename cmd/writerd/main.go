@@ -8,11 +8,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
-
-// Version is set at build time with -ldflags "-X main.Version=…".
-var Version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -20,41 +18,70 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
+// command is a subcommand: its flags (for its usage) and what it does.
+type command interface {
+	flags() *flagSet
+	Run(ctx context.Context, args []string) error
+}
+
+// commands returns the subcommands, wired to the process's streams.
+func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command {
+	return map[string]command{
+		"serve":   &ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr},
+		"check":   &CheckCommand{Stdout: stdout, Stderr: stderr},
+		"version": &VersionCommand{Stdout: stdout, Stderr: stderr},
+	}
+}
+
 // run executes one subcommand and returns the exit code: 0 on success, 1 on
-// failure, 2 on a usage error.
+// failure, 2 on a usage error. Help asked for goes to stdout; a usage error
+// and the usage go to stderr, once.
 func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stderr io.Writer) int {
+	cmds := commands(stdin, stdout, stderr)
+	usageError := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "writerd: "+format+"\n\n%s", append(a, usage)...)
+		return 2
+	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
+		return usageError("no command given")
 	}
-	var err error
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "serve":
-		err = (&ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
-	case "version":
-		err = (&VersionCommand{Stdout: stdout}).Run(ctx, rest)
+	name, rest := args[0], args[1:]
+	switch name {
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
+		switch {
+		case len(rest) == 0:
+			fmt.Fprint(stdout, usage)
+			return 0
+		case len(rest) > 1:
+			return usageError("help takes one command, not %d", len(rest))
+		case cmds[rest[0]] == nil:
+			return usageError("unknown command %q", rest[0])
+		}
+		cmds[rest[0]].flags().printUsage(stdout)
 		return 0
-	default:
-		fmt.Fprintf(stderr, "writerd: unknown command %q\n\n%s", cmd, usage)
-		return 2
+	case "-version", "--version":
+		name = "version"
 	}
+	cmd := cmds[name]
+	if cmd == nil {
+		if strings.HasPrefix(name, "-") {
+			return usageError("unknown flag %s", name)
+		}
+		return usageError("unknown command %q", name)
+	}
+	err := cmd.Run(ctx, rest)
 	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	case errors.Is(err, errProblems):
+		return 1
 	default:
 		fmt.Fprintf(stderr, "writerd: %v\n", err)
 		return 1
 	}
 }
-
-// errUsage marks an error already reported with the command's usage.
-var errUsage = errors.New("usage")
 
 const usage = `writerd serves MCP write tools to AI agents: each write is strictly
 parsed, runs under an idempotency key and leaves exactly one audit event.
@@ -66,7 +93,9 @@ Usage:
 Commands:
 
 	serve     serve the tools over MCP (stdio)
-	version   print the version
+	check     check a database: the file, bbolt's consistency, writerd's invariants
+	version   print the version (also: writerd --version)
+	help      print a command's usage and flags: writerd help serve
 
 Examples:
 
@@ -76,5 +105,8 @@ Examples:
 	# Serve a named principal from a chosen data directory:
 	writerd serve --stdio --data /var/lib/writerd --principal ci-agent
 
-Run 'writerd <command> -h' for a command's flags.
+	# Check the database of a stopped daemon:
+	writerd check --data /var/lib/writerd
+
+Run 'writerd help <command>' or 'writerd <command> -h' for a command's flags.
 `

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ran is how one run of the binary ended.
+type ran struct {
+	stdout, stderr string
+	code           int
+}
+
+// runConfig is how to run the binary once.
+type runConfig struct {
+	bin   string   // the release build if empty
+	cwd   string   // working directory; the test's if empty
+	env   []string // added to the environment; a later entry wins
+	stdin string   // closed after this is read
+}
+
+// mustRun runs the release binary with args and an empty stdin.
+func mustRun(t testing.TB, args ...string) ran {
+	t.Helper()
+	return mustRunWith(t, runConfig{}, args...)
+}
+
+// mustRunWith runs the binary as c says and returns what it printed and
+// its exit code. A run that has not ended after a minute fails the test.
+func mustRunWith(t testing.TB, c runConfig, args ...string) ran {
+	t.Helper()
+	if c.bin == "" {
+		c.bin = binary
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Dir = c.cwd
+	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Stdin = strings.NewReader(c.stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("writerd %v did not end within a minute", args)
+	case err != nil && !errors.As(err, &exit):
+		t.Fatalf("writerd %v: %v", args, err)
+	}
+	return ran{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+}
+
+// mustNotFault fails the test if stderr shows a Go runtime fault or a
+// goroutine dump instead of a sentence.
+func mustNotFault(t testing.TB, stderr string) {
+	t.Helper()
+	for _, s := range []string{"fatal error", "SIGBUS", "SIGSEGV", "goroutine ", "panic:"} {
+		if strings.Contains(stderr, s) {
+			t.Fatalf("stderr shows a runtime fault (%q):\n%s", s, stderr)
+		}
+	}
+}
+
+// The first line of each usage text, by which a test counts how often a
+// usage was printed.
+const (
+	mainUsageLine    = "writerd serves MCP write tools to AI agents"
+	serveUsageLine   = "usage: writerd serve --stdio [flags]"
+	checkUsageLine   = "usage: writerd check [--data DIR]"
+	versionUsageLine = "usage: writerd version"
+)
+
+// Ensure the command line keeps its conventions: help asked for (help,
+// -h, --help, help <command>) goes to stdout with exit 0; a usage error
+// (no or unknown command, unknown flag, bad value, unexpected argument)
+// prints one sentence and the usage, once, to stderr with exit 2, and a
+// refused value names the form the flag takes, whether it came from a flag
+// or the environment.
+func TestCLI_HelpAndUsageErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		env    []string
+		code   int
+		usage  string // the usage printed, once: to stdout if code is 0, else to stderr
+		stderr string // the first line of stderr on a usage error
+	}{
+		{"help", []string{"help"}, nil, 0, mainUsageLine, ""},
+		{"--help", []string{"--help"}, nil, 0, mainUsageLine, ""},
+		{"-h", []string{"-h"}, nil, 0, mainUsageLine, ""},
+		{"help serve", []string{"help", "serve"}, nil, 0, serveUsageLine, ""},
+		{"help check", []string{"help", "check"}, nil, 0, checkUsageLine, ""},
+		{"help version", []string{"help", "version"}, nil, 0, versionUsageLine, ""},
+		{"serve -h", []string{"serve", "-h"}, nil, 0, serveUsageLine, ""},
+		{"serve --help", []string{"serve", "--help"}, nil, 0, serveUsageLine, ""},
+		{"check -h", []string{"check", "-h"}, nil, 0, checkUsageLine, ""},
+		{"version --help", []string{"version", "--help"}, nil, 0, versionUsageLine, ""},
+
+		{"no command", nil, nil, 2, mainUsageLine, "writerd: no command given"},
+		{"unknown command", []string{"serv"}, nil, 2, mainUsageLine, `writerd: unknown command "serv"`},
+		{"unknown top-level flag", []string{"--verbose"}, nil, 2, mainUsageLine, "writerd: unknown flag --verbose"},
+		{"help for an unknown command", []string{"help", "serv"}, nil, 2, mainUsageLine, `writerd: unknown command "serv"`},
+		{"help for two commands", []string{"help", "serve", "check"}, nil, 2, mainUsageLine, "writerd: help takes one command, not 2"},
+		{"unknown flag", []string{"serve", "--stdio", "--verbose"}, nil, 2, serveUsageLine, "writerd serve: unknown flag -verbose"},
+		{"unexpected argument", []string{"serve", "--stdio", "now"}, nil, 2, serveUsageLine, `writerd serve: unexpected argument "now"`},
+		{"a duration without its unit", []string{"serve", "--key-ttl", "24"}, nil, 2, serveUsageLine, "writerd serve: --key-ttl takes a duration such as 24h"},
+		{"a duration that is a word", []string{"serve", "--key-wait=soon"}, nil, 2, serveUsageLine, "writerd serve: --key-wait takes a duration such as 5s"},
+		{"a duration at zero", []string{"serve", "--key-ttl", "0s"}, nil, 2, serveUsageLine, "writerd serve: --key-ttl takes a positive duration such as 24h"},
+		{"a duration from the environment", []string{"serve", "--stdio"}, []string{"WRITERD_KEY_TTL=a day"}, 2, serveUsageLine, "writerd serve: WRITERD_KEY_TTL takes a duration such as 24h"},
+		{"a number that is not one", []string{"serve", "--max-bytes", "128k"}, nil, 2, serveUsageLine, "writerd serve: --max-bytes takes a whole number of bytes, such as 131072"},
+		{"bytes at zero", []string{"serve", "--max-bytes", "0"}, nil, 2, serveUsageLine, "writerd serve: --max-bytes takes a positive number of bytes"},
+		{"depth at zero", []string{"serve", "--max-depth", "0"}, nil, 2, serveUsageLine, "writerd serve: --max-depth takes a positive number of levels"},
+		{"a level unknown", []string{"serve", "--log-level", "loud"}, nil, 2, serveUsageLine, "writerd serve: --log-level takes one of debug, info, warn or error"},
+		{"a boolean that is not one", []string{"serve", "--stdio=maybe"}, nil, 2, serveUsageLine, "writerd serve: --stdio takes true or false"},
+		{"a principal with a space", []string{"serve", "--principal", "ci agent"}, nil, 2, serveUsageLine, "writerd serve: --principal takes 1 to 128 printable ASCII characters without spaces"},
+		{"a principal from the environment", []string{"serve"}, []string{"WRITERD_PRINCIPAL="}, 2, serveUsageLine, "writerd serve: WRITERD_PRINCIPAL takes 1 to 128 printable ASCII characters without spaces"},
+		{"check: unexpected argument", []string{"check", "/var/lib/writerd"}, nil, 2, checkUsageLine, `writerd check: unexpected argument "/var/lib/writerd"`},
+		{"check: unknown flag", []string{"check", "--fix"}, nil, 2, checkUsageLine, "writerd check: unknown flag -fix"},
+		{"version: unexpected argument", []string{"version", "long"}, nil, 2, versionUsageLine, `writerd version: unexpected argument "long"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := mustRunWith(t, runConfig{env: tt.env}, tt.args...)
+			if r.code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, tt.code, r.stdout, r.stderr)
+			}
+			printed, silent := r.stdout, r.stderr
+			if tt.code != 0 {
+				printed, silent = r.stderr, r.stdout
+				if first, _, _ := strings.Cut(r.stderr, "\n"); first != tt.stderr {
+					t.Errorf("stderr begins %q, want %q", first, tt.stderr)
+				}
+			}
+			if silent != "" {
+				t.Errorf("the other stream holds %q, want nothing", silent)
+			}
+			for _, line := range []string{mainUsageLine, serveUsageLine, checkUsageLine, versionUsageLine} {
+				want := 0
+				if line == tt.usage {
+					want = 1
+				}
+				if n := strings.Count(printed, line); n != want {
+					t.Errorf("%q printed %d times, want %d:\n%s", line, n, want, printed)
+				}
+			}
+		})
+	}
+}
+
+// Ensure writerd help serve shows every flag of serve, with the form it
+// takes and its default, and each flag once.
+func TestCLI_HelpServeListsFlags(t *testing.T) {
+	r := mustRun(t, "help", "serve")
+	for _, want := range []string{
+		"  --stdio\n", "  --data directory\n", "(default $XDG_DATA_HOME/writerd, else ~/.local/share/writerd)",
+		"  --principal name\n", "(default local)", "  --max-bytes bytes\n", "(default 131072)",
+		"  --max-depth levels\n", "(default 16)", "  --key-ttl duration\n", "(default 24h)",
+		"  --key-wait duration\n", "(default 5s)", "  --log-level level\n", "(default info)",
+	} {
+		if n := strings.Count(r.stdout, want); n != 1 {
+			t.Errorf("help serve shows %q %d times, want once:\n%s", want, n, r.stdout)
+		}
+	}
+}
+
+var versionLineRE = regexp.MustCompile(`^writerd (\(devel\)|v\S+)( \(revision [0-9a-f]+(, modified)?\))? go1\.\d+\S*\n$`)
+
+// Ensure writerd version and writerd --version print one line to stdout:
+// the module version and, when the build recorded one, the VCS revision,
+// then the Go version; builds without VCS information (-buildvcs=false)
+// print what they know.
+func TestVersion_FromBuildInfo(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		r := mustRun(t, args...)
+		if r.code != 0 || r.stderr != "" || !versionLineRE.MatchString(r.stdout) {
+			t.Errorf("writerd %v: exit %d, stdout %q, stderr %q; want one version line", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// Ensure a version set with -ldflags "-X main.Version=…" is the one
+// reported, and the one the MCP handshake and the log carry.
+func TestVersion_Ldflags(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "writerd")
+	build := exec.Command("go", "build", "-ldflags", "-X main.Version=v9.8.7", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	r := mustRunWith(t, runConfig{bin: bin}, "version")
+	if !strings.HasPrefix(r.stdout, "writerd v9.8.7 ") || !versionLineRE.MatchString(r.stdout) {
+		t.Errorf("version: %q, want writerd v9.8.7 …", r.stdout)
+	}
+	d := mustStartWith(t, daemonConfig{bin: bin})
+	if v := d.session.InitializeResult().ServerInfo.Version; v != "v9.8.7" {
+		t.Errorf("the handshake's version is %q, want v9.8.7", v)
+	}
+	d.Stop()
+	if !strings.Contains(d.stderr.String(), `"version":"v9.8.7"`) {
+		t.Errorf("the config log line lacks the version:\n%s", d.stderr)
+	}
+}

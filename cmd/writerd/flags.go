@@ -1,0 +1,209 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// errUsage marks a usage error whose message and usage are already
+// printed (to stderr); the command exits 2.
+var errUsage = errors.New("usage")
+
+// flagSet is a subcommand's flags and the usage it prints: the command's
+// text (what it does, examples), then its flags. It prints nothing by
+// itself while parsing: help asked for goes to stdout, a usage error and
+// the usage go to stderr, each once.
+type flagSet struct {
+	*flag.FlagSet
+	usage    string               // the text before the flag list
+	forms    map[string]*formFlag // flags that name the form they take
+	defaults map[string]string    // a default to show instead of its value
+	fromEnv  map[string]bool      // flags set from the environment
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+func newFlagSet(name, usage string, stdout, stderr io.Writer) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, usage: usage, forms: map[string]*formFlag{}, defaults: map[string]string{},
+		fromEnv: map[string]bool{}, stdout: stdout, stderr: stderr}
+}
+
+// formFlag wraps a flag's value to remember that a value was refused, so
+// that the error can name the form the flag takes.
+type formFlag struct {
+	flag.Value
+	form    string // "a duration such as 24h"
+	refused bool
+}
+
+func (f *formFlag) Set(s string) error {
+	err := f.Value.Set(s)
+	f.refused = err != nil
+	return err
+}
+
+func (f *formFlag) String() string {
+	if f == nil || f.Value == nil {
+		return ""
+	}
+	return f.Value.String()
+}
+
+func (f *formFlag) IsBoolFlag() bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// takes makes a refused value of flag name say "--name takes form".
+func (fs *flagSet) takes(name, form string) {
+	f := fs.Lookup(name)
+	ff := &formFlag{Value: f.Value, form: form}
+	f.Value = ff
+	fs.forms[name] = ff
+}
+
+// printUsage prints the usage text and the flags, with the default of
+// each, as writerd help <command> and -h show them.
+func (fs *flagSet) printUsage(w io.Writer) {
+	fmt.Fprint(w, fs.usage)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		def, ok := fs.defaults[f.Name]
+		if !ok {
+			def = f.DefValue
+		}
+		if def != "" && def != "false" && def != "0" {
+			usage += " (default " + def + ")"
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, usage)
+	})
+}
+
+// parse parses args, then sets the flags not given from the environment
+// (WRITERD_<FLAG>, dashes as underscores): flags, then environment, then
+// defaults. The command takes no arguments besides flags. Help asked for
+// prints the usage to stdout and returns flag.ErrHelp; a usage error
+// prints its message and the usage to stderr and returns errUsage.
+func (fs *flagSet) parse(args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.printUsage(fs.stdout)
+			return flag.ErrHelp
+		}
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
+			return fs.fail("unknown flag %s", name)
+		}
+		return fs.fail("%s", fs.explain(err, "--"))
+	}
+	if fs.NArg() > 0 {
+		return fs.fail("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := envName(f.Name)
+		if v, ok := os.LookupEnv(env); ok && !given[f.Name] && err == nil {
+			fs.fromEnv[f.Name] = true
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fs.fail("%s", fs.explain(fmt.Errorf("%s: %w", env, e), ""))
+			}
+		}
+	})
+	return err
+}
+
+// explain says what a refused value should have been, for the flags that
+// name their form; other errors keep the flag package's text.
+func (fs *flagSet) explain(err error, prefix string) string {
+	for name, f := range fs.forms {
+		if f.refused {
+			label := prefix + name
+			if prefix == "" {
+				label = envName(name)
+			}
+			return label + " takes " + f.form
+		}
+	}
+	return err.Error()
+}
+
+// label names a flag as the user set it: --name, or its variable.
+func (fs *flagSet) label(name string) string {
+	if fs.fromEnv[name] {
+		return envName(name)
+	}
+	return "--" + name
+}
+
+// fail prints a usage error, a sentence, and the usage to stderr, once.
+func (fs *flagSet) fail(format string, args ...any) error {
+	fmt.Fprintf(fs.stderr, "%s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
+	fs.printUsage(fs.stderr)
+	return errUsage
+}
+
+// shortDuration writes d as a person would: 24h, not 24h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func envName(flagName string) string {
+	return "WRITERD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// The data directory, as --data takes it.
+const dataDefault = "$XDG_DATA_HOME/writerd, else ~/.local/share/writerd"
+
+// dataDirFlag defines --data, whose default is defaultDataDir.
+func (fs *flagSet) dataDirFlag(p *string) {
+	fs.StringVar(p, "data", defaultDataDir(), "the data `directory` holding writerd.db: an absolute path, or one starting with ~/")
+	fs.defaults["data"] = dataDefault
+}
+
+// dataDir resolves the --data value: a leading ~/ is the home directory; a
+// relative path is refused, since it would name a directory wherever the
+// client happens to start writerd (Claude Desktop, for one, expands
+// neither ~ nor relative paths). The error is a usage error.
+func (fs *flagSet) dataDir(dir string) (string, error) {
+	if dir == "~" || strings.HasPrefix(dir, "~/") {
+		home, err := os.UserHomeDir()
+		if err != nil || !filepath.IsAbs(home) {
+			return "", fs.fail("%s starts with ~, but the home directory is not known; give an absolute path", fs.label("data"))
+		}
+		dir = filepath.Join(home, strings.TrimPrefix(dir[1:], "/"))
+	}
+	if !filepath.IsAbs(dir) {
+		return "", fs.fail("%s takes an absolute directory, such as /var/lib/writerd or ~/writerd, not a relative one", fs.label("data"))
+	}
+	return filepath.Clean(dir), nil
+}
+
+// defaultDataDir is $XDG_DATA_HOME/writerd, or ~/.local/share/writerd. A
+// relative XDG_DATA_HOME is ignored, as the XDG specification says.
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "writerd")
+	}
+	return "~/.local/share/writerd"
+}
