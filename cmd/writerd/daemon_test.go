@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -293,12 +294,13 @@ func (s *store) record(principal, key string) *idempotency.Record {
 	return r
 }
 
-// mustBeConsistent checks a stopped daemon's database.
+// mustBeConsistent checks a stopped daemon's database as writerd check
+// does: bbolt's check, the pipeline's invariants and the domain store's.
 func (d *daemon) mustBeConsistent() {
 	d.t.Helper()
 	MustOpenStore(d.t, d.dir).view(func(tx *bolt.Tx) error {
-		if err := boltdb.Check(tx); err != nil {
-			d.t.Error(err)
+		if problems, _ := checkStore(tx); len(problems) > 0 {
+			d.t.Error(errors.Join(problems...))
 		}
 		return nil
 	})

@@ -11,14 +11,24 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/pipeline"
 )
 
 // TestFaultEnv names the fault to inject: "failure-audit" makes every
-// append of a failure event fail, as a full or broken disk would.
+// append of a failure event fail, as a full or broken disk would;
+// "file-size-limit" caps the size of every file the process writes at
+// fileSizeLimit (RLIMIT_FSIZE), so that once the database must grow, each
+// commit fails in bbolt with an error naming the file by its path, which
+// must reach the log as <data>/writerd.db.
 const TestFaultEnv = "WRITERD_TEST_FAULT"
+
+// fileSizeLimit is the cap of the "file-size-limit" fault: room for the
+// new database and a few dozen writes.
+const fileSizeLimit = 256 << 10
 
 type testIn struct {
 	pipeline.Key
@@ -30,6 +40,19 @@ type testOut struct {
 }
 
 func init() {
+	if os.Getenv(TestFaultEnv) == "file-size-limit" {
+		// Past the limit, write and truncate fail with EFBIG, and the
+		// kernel sends SIGXFSZ, which would end the process.
+		signal.Ignore(syscall.SIGXFSZ)
+		var lim syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+			panic(err)
+		}
+		lim.Cur = fileSizeLimit
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+			panic(err)
+		}
+	}
 	extraTools = func() []*pipeline.Tool {
 		return []*pipeline.Tool{
 			pipeline.MustDefine(pipeline.Spec[testIn, testOut]{
