@@ -106,7 +106,7 @@ func (fs *flagSet) parse(args []string) error {
 		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
 			return fs.fail("unknown flag %s", name)
 		}
-		return fs.fail("%s", fs.explain(err, "--"))
+		return fs.fail("%s", fs.explain(err))
 	}
 	if fs.NArg() > 0 {
 		return fs.fail("unexpected argument %q", fs.Arg(0))
@@ -119,7 +119,7 @@ func (fs *flagSet) parse(args []string) error {
 		if v, ok := os.LookupEnv(env); ok && !given[f.Name] && err == nil {
 			fs.fromEnv[f.Name] = true
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fs.fail("%s", fs.explain(fmt.Errorf("%s: %w", env, e), ""))
+				err = fs.fail("%s", fs.explain(fmt.Errorf("%s: %w", env, e)))
 			}
 		}
 	})
@@ -127,15 +127,12 @@ func (fs *flagSet) parse(args []string) error {
 }
 
 // explain says what a refused value should have been, for the flags that
-// name their form; other errors keep the flag package's text.
-func (fs *flagSet) explain(err error, prefix string) string {
+// name their form, naming the flag as the user set it; other errors keep
+// the flag package's text.
+func (fs *flagSet) explain(err error) string {
 	for name, f := range fs.forms {
 		if f.refused {
-			label := prefix + name
-			if prefix == "" {
-				label = envName(name)
-			}
-			return label + " takes " + f.form
+			return fs.label(name) + " takes " + f.form
 		}
 	}
 	return err.Error()
