@@ -1,0 +1,158 @@
+package auth
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/writerd/writerd/pipeline"
+)
+
+var (
+	// ErrNameTaken: Create was given the name of a token in the file,
+	// compared without regard to case.
+	ErrNameTaken = errors.New("a token with this name exists")
+	// ErrNoSuchName: Revoke was given a name no token in the file has.
+	ErrNoSuchName = errors.New("no token has this name")
+	// ErrBusy: another edit held the file's lock for longer than an edit
+	// waits (10 s).
+	ErrBusy = errors.New("the tokens file is being edited by another process")
+	// ErrInvalidName: a name that pipeline.ValidPrincipal refuses.
+	ErrInvalidName = errors.New("a token's name is 1 to 128 printable ASCII characters without spaces")
+)
+
+// Create makes a token named name with scopes, adds its hash to the tokens
+// file at path and returns the token, which exists nowhere else: the
+// caller must hand it over once and forget it. A missing file is created
+// with mode 0600, and its directory with mode 0700 if that is missing too.
+// A name already in the file, compared without regard to case, is
+// ErrNameTaken; no scope at all is ErrScope.
+func Create(path, name string, scopes pipeline.Scope) (string, error) {
+	if !pipeline.ValidPrincipal(name) {
+		return "", ErrInvalidName
+	}
+	if scopes == 0 || scopes&^pipeline.AllScopes != 0 {
+		return "", ErrScope
+	}
+	token := Generate()
+	e := entry{
+		Entry: Entry{Name: name, Scopes: scopes, CreatedAt: time.Now().UTC().Truncate(time.Second)},
+		hash:  digest(token),
+	}
+	err := edit(path, func(t *table) error {
+		for _, o := range t.entries {
+			if strings.EqualFold(o.Name, name) {
+				return ErrNameTaken
+			}
+		}
+		t.entries = append(t.entries, e)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// Revoke removes the token named name, exactly as written, from the tokens
+// file at path; ErrNoSuchName if there is none. A running daemon accepts
+// the token until it reloads the file.
+func Revoke(path, name string) error {
+	return edit(path, func(t *table) error {
+		for i, o := range t.entries {
+			if o.Name == name {
+				t.entries = append(t.entries[:i], t.entries[i+1:]...)
+				return nil
+			}
+		}
+		return ErrNoSuchName
+	})
+}
+
+// edit changes the tokens file at path under its lock, atomically: it
+// reads the file as Load does (a missing one is empty), applies change,
+// and writes the result to a new file in the same directory, which it
+// syncs and renames over the old one before syncing the directory. A
+// reader sees the old file or the new one, never a part of either; a
+// crash leaves one or the other, and at worst a temporary file
+// (.NAME.tmp-*) beside them. Two edits, in one process or two, never lose
+// each other's change: each holds the lock from its read to its rename.
+//
+// A symbolic link is followed, and its target replaced. The new file keeps
+// the old one's mode and its owner and group; a new file has mode 0600.
+func edit(path string, change func(*table) error) error {
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		path = resolved
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fileError("cannot be found", err)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fileError("directory cannot be made", err)
+	}
+	unlock, err := lock(path + ".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	tab, old := &table{}, fs.FileInfo(nil)
+	switch f, err := os.Open(path); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fileError("cannot be read", err)
+	default:
+		tab, old, err = readTable(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if err := change(tab); err != nil {
+		return err
+	}
+	b, err := tab.encode()
+	if err != nil {
+		return err
+	}
+	return replace(path, old, b)
+}
+
+// replace writes b to a new file beside path and renames it over path.
+func replace(path string, old fs.FileInfo, b []byte) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*") // mode 0600
+	if err != nil {
+		return fileError("cannot be written", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if old != nil {
+		if err := f.Chmod(old.Mode().Perm()); err != nil {
+			return fileError("cannot keep its mode", err)
+		}
+		if err := keepOwner(f, old); err != nil {
+			return err
+		}
+	}
+	if _, err := f.Write(b); err != nil {
+		return fileError("cannot be written", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fileError("cannot be synced", err)
+	}
+	if err := f.Close(); err != nil {
+		return fileError("cannot be written", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fileError("cannot be replaced", err)
+	}
+	return syncDir(dir)
+}
