@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Metrics is the set of writerd's collectors.
@@ -15,6 +17,8 @@ type Metrics struct {
 	auditAppends  *prometheus.CounterVec
 	commitSeconds prometheus.Histogram
 	commitBatch   prometheus.Histogram
+	transport     *prometheus.CounterVec
+	http          *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -44,10 +48,44 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "writerd_store_commit_batch_size", Help: "Calls committed per write transaction.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 		}),
+		transport: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "writerd_transport_errors_total", Help: "Frames and requests refused or failed before a call, by transport (stdio, http) and kind.",
+		}, []string{"transport", "kind"}),
+		http: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "writerd_http_requests_total", Help: "HTTP requests by route (the pattern served, or unmatched) and status code.",
+		}, []string{"route", "code"}),
 	}
 	reg.MustRegister(m.calls, m.callSeconds, m.rejections, m.idempotency, m.auditAppends,
-		m.commitSeconds, m.commitBatch)
+		m.commitSeconds, m.commitBatch, m.transport, m.http)
 	return m
+}
+
+// RegisterProcess registers what every daemon exports beside its own
+// metrics: the Go runtime's and the process's collectors, and
+// writerd_build_info, a gauge of 1 labelled with the version and the Go
+// version it was built with.
+func RegisterProcess(reg prometheus.Registerer, version, goVersion string) {
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "writerd_build_info", Help: "Always 1; its labels name the build.",
+	}, []string{"version", "goversion"})
+	info.WithLabelValues(version, goVersion).Set(1)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), info)
+}
+
+// TransportError counts a frame or request refused or failed before any
+// call: kind is one of a transport's bounded kinds.
+func (m *Metrics) TransportError(transport, kind string) {
+	if m != nil {
+		m.transport.WithLabelValues(transport, kind).Inc()
+	}
+}
+
+// HTTPRequest counts an HTTP request by its route, a pattern of the
+// server's own (never the path a client sent), and its status code.
+func (m *Metrics) HTTPRequest(route string, code int) {
+	if m != nil {
+		m.http.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	}
 }
 
 // Call counts a finished call and its latency.
