@@ -27,6 +27,9 @@ const (
 	KeyInUse             Code = "IDEMPOTENCY_KEY_IN_USE"
 	Unavailable          Code = "UNAVAILABLE"
 	Internal             Code = "INTERNAL"
+	// Unauthenticated is the HTTP transports' own: no token, or one that
+	// is not valid. No tool runs.
+	Unauthenticated Code = "UNAUTHENTICATED"
 )
 
 // Retry tells an agent what it may do after an error.
@@ -67,6 +70,7 @@ var catalogue = map[Code]entry{
 	KeyInUse:             {http.StatusConflict, RetrySameKey, false},
 	Unavailable:          {http.StatusServiceUnavailable, RetrySameKey, false},
 	Internal:             {http.StatusInternalServerError, RetrySameKey, false},
+	Unauthenticated:      {http.StatusUnauthorized, RetryNever, false},
 }
 
 // Status returns the HTTP status of a code; an unknown code is a 500.

@@ -95,6 +95,13 @@ func (p *Pipeline) Register(ts ...*Tool) error {
 	return nil
 }
 
+// Tool returns the registered tool of this name, or nil.
+func (p *Pipeline) Tool(name string) *Tool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.tools[name]
+}
+
 // Tools returns the registered tools sorted by name.
 func (p *Pipeline) Tools() []*Tool {
 	p.mu.RLock()
@@ -207,10 +214,8 @@ func (p *Pipeline) now() time.Time {
 // authorize is stage 1. It returns the tool whenever it exists, a denied
 // call's too, so that the call counts under its tool.
 func (p *Pipeline) authorize(c Caller, name string) (*Tool, error) {
-	p.mu.RLock()
-	t, ok := p.tools[name]
-	p.mu.RUnlock()
-	if !ok {
+	t := p.Tool(name)
+	if t == nil {
 		return nil, Errorf(NotFound, "There is no tool of this name.")
 	}
 	need := ScopeWrite

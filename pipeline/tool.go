@@ -99,6 +99,10 @@ type Tool struct {
 	preview       func(ctx context.Context, op *Op, in any) (any, error)
 }
 
+// Additive reports whether the tool only adds (a create): a write that
+// neither deletes nor overwrites.
+func (t *Tool) Additive() bool { return !t.ReadOnly && !t.Destructive && !t.Overwrites }
+
 // Define builds a Tool from a Spec: it generates and compiles the schemas and
 // checks that the types fit the tool's kind. It returns an error for a spec
 // that could let unbounded or unparsed input through.
