@@ -113,8 +113,13 @@ func Render(res *pipeline.Result) *sdk.CallToolResult {
 func guard(log *slog.Logger) sdk.Middleware {
 	return func(next sdk.MethodHandler) sdk.MethodHandler {
 		return func(ctx context.Context, method string, req sdk.Request) (res sdk.Result, err error) {
-			id := ulid.Make().String()
-			ctx = pipeline.WithRequestID(ctx, id)
+			// Over HTTP the edge has set the request's id already (one HTTP
+			// request, one message); over stdio each message gets its own.
+			id := pipeline.RequestID(ctx)
+			if id == "" {
+				id = ulid.Make().String()
+				ctx = pipeline.WithRequestID(ctx, id)
+			}
 			defer func() {
 				r := recover()
 				if r == nil {

@@ -21,11 +21,20 @@ import (
 // long without one.
 const drainIdle = 10 * time.Second
 
+// StdioOptions configure Stdio.
+type StdioOptions struct {
+	MaxFrame int          // the longest line taken, in bytes
+	Logger   *slog.Logger // required
+	// OnRefuse, if set, is told the kind of every refused frame, for the
+	// transport metrics.
+	OnRefuse func(kind string)
+}
+
 // Stdio returns the transport of writerd serve --stdio: newline-delimited
 // JSON-RPC on in and out, as the SDK's own StdioTransport, but with every
 // frame through the Gate first. The SDK ends the session, and so the
 // daemon, at the first frame it cannot take; Stdio answers such a frame
-// with the Gate's refusal and reads on. A line longer than maxFrame bytes
+// with the Gate's refusal and reads on. A line longer than MaxFrame bytes
 // is refused as too large, without being kept in memory.
 //
 // Requests reach the SDK under ids of the transport's own, and answers go
@@ -34,27 +43,29 @@ const drainIdle = 10 * time.Second
 // client sent under one id stay two calls. Error answers carry a fixed
 // message per code (see publicError). When the client closes stdin, the
 // session ends once every request read before that is answered.
-func Stdio(in io.ReadCloser, out io.Writer, maxFrame int, log *slog.Logger) sdk.Transport {
-	return &stdioTransport{in: in, out: out, maxFrame: maxFrame, log: log}
+func Stdio(in io.ReadCloser, out io.Writer, opts StdioOptions) sdk.Transport {
+	if opts.OnRefuse == nil {
+		opts.OnRefuse = func(string) {}
+	}
+	return &stdioTransport{in: in, out: out, opts: opts}
 }
 
 type stdioTransport struct {
-	in       io.ReadCloser
-	out      io.Writer
-	maxFrame int
-	log      *slog.Logger
+	in   io.ReadCloser
+	out  io.Writer
+	opts StdioOptions
 }
 
 func (t *stdioTransport) Connect(context.Context) (sdk.Connection, error) {
 	c := &stdioConn{
-		in: t.in, out: t.out, log: t.log,
+		in: t.in, out: t.out, log: t.opts.Logger, onRefuse: t.opts.OnRefuse,
 		lines:    make(chan line),
 		closed:   make(chan struct{}),
 		answered: make(chan struct{}, 1),
 		pending:  map[int64]pending{},
 		byKey:    map[string]int64{},
 	}
-	go c.readLines(bufio.NewReader(t.in), t.maxFrame)
+	go c.readLines(bufio.NewReader(t.in), t.opts.MaxFrame)
 	return c, nil
 }
 
@@ -72,9 +83,10 @@ type pending struct {
 }
 
 type stdioConn struct {
-	in  io.Closer
-	out io.Writer
-	log *slog.Logger
+	in       io.Closer
+	out      io.Writer
+	log      *slog.Logger
+	onRefuse func(kind string)
 
 	lines     chan line
 	closed    chan struct{}
@@ -275,6 +287,7 @@ func (c *stdioConn) write(frame []byte) error {
 // refuse answers a refused frame and logs its kind, never its bytes.
 func (c *stdioConn) refuse(r *Refusal) {
 	c.log.Warn("transport error", "transport", "stdio", "kind", r.Reason, "description", r.Message)
+	c.onRefuse(r.Reason)
 	c.write(r.Answer())
 }
 

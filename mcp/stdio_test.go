@@ -58,7 +58,7 @@ func MustStdio(t testing.TB, raw bool) *stdio {
 	srv := mcp.NewServer(p, mcp.Options{Logger: log,
 		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller }})
 	go func() {
-		s.err = srv.Run(context.Background(), mcp.Stdio(inR, outW, 1<<20, log))
+		s.err = srv.Run(context.Background(), mcp.Stdio(inR, outW, mcp.StdioOptions{MaxFrame: 1 << 20, Logger: log}))
 		outW.Close()
 		close(s.done)
 	}()

@@ -1,0 +1,222 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/writerd/writerd/metrics"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// DefaultMaxBody is the largest request body the server reads, unless
+// configured: comfortably above the pipeline's default argument limit.
+const DefaultMaxBody = 1 << 20
+
+// Config wires the HTTP server.
+type Config struct {
+	Pipeline *pipeline.Pipeline
+	// MCP serves /mcp: the MCP Streamable HTTP handler (mcp.NewHTTPHandler).
+	MCP http.Handler
+	// Authenticate guards /mcp and /v1: it answers 401 itself, or passes
+	// the request on with its caller in the context.
+	Authenticate func(http.Handler) http.Handler
+	// Caller reads the caller Authenticate put in the request's context.
+	Caller func(ctx context.Context) (pipeline.Caller, bool)
+	// Ready reports whether the store is open and takes writes (/readyz).
+	Ready func(ctx context.Context) error
+	// Gatherer is served at /metrics; Metrics counts requests and refusals.
+	Gatherer prometheus.Gatherer
+	Metrics  *metrics.Metrics
+	Logger   *slog.Logger
+	MaxBody  int64 // default DefaultMaxBody
+}
+
+// New returns writerd's HTTP handler: MCP at /mcp, the direct API at
+// POST /v1/tools/{tool}, /metrics, /healthz and /readyz, behind one edge
+// (see edge).
+func New(cfg Config) http.Handler {
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	s := &server{cfg: cfg, cop: http.NewCrossOriginProtection()}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", cfg.Authenticate(cfg.MCP))
+	mux.Handle("POST /v1/tools/{tool}", cfg.Authenticate(http.HandlerFunc(s.callTool)))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("/", s.notFound)
+	s.mux = mux
+	return s
+}
+
+type server struct {
+	cfg Config
+	cop *http.CrossOriginProtection
+	mux *http.ServeMux
+}
+
+// requestIDForm is the form of an X-Request-Id the server adopts: any
+// other is replaced by a ULID of its own, so that a request id in a log
+// line is never a value of arbitrary form.
+var requestIDForm = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// ServeHTTP is the edge every request passes, in this order: a panic
+// anywhere below is a logged 500 with a fixed body; the request id is
+// adopted or made, set on the context and the answer; the request is
+// counted and logged by its route, never its path; the Host must be one a
+// loopback listener answers on (DNS rebinding); a cross-origin browser
+// request is refused (the SDK checks no Origin); the body is capped before
+// anything reads it.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	id := r.Header.Get("X-Request-Id")
+	if !requestIDForm.MatchString(id) {
+		id = ulid.Make().String()
+	}
+	r.Header.Set("X-Request-Id", id)
+	w.Header().Set("X-Request-Id", id)
+	r = r.WithContext(pipeline.WithRequestID(r.Context(), id))
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			s.cfg.Logger.Error("panic in HTTP handler", "request_id", id,
+				"cause", fmt.Sprintf("%v\n%s", v, debug.Stack()))
+			if !sw.wrote {
+				s.fail(sw, r, pipeline.Wrap(pipeline.Internal, errors.New("panic"), pipeline.InternalMessage))
+			}
+		}
+		_, route := s.mux.Handler(r)
+		if route == "" {
+			route = "unmatched"
+		}
+		s.cfg.Metrics.HTTPRequest(route, sw.code())
+		s.cfg.Logger.Info("http", "request_id", id, "route", route, "status", sw.code(),
+			"duration_ms", float64(time.Since(start).Microseconds())/1000)
+	}()
+	switch {
+	case !hostAllowed(r):
+		s.refuse(sw, r, "host", pipeline.Errorf(pipeline.PermissionDenied, "The request's Host is not one this server answers on: a server bound to loopback answers only to localhost or a loopback address."))
+		return
+	case s.cop.Check(r) != nil:
+		s.refuse(sw, r, "cross_origin", pipeline.Errorf(pipeline.PermissionDenied, "Cross-origin requests from browsers are refused."))
+		return
+	}
+	if r.Body != nil {
+		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBody)
+	}
+	s.mux.ServeHTTP(sw, r)
+}
+
+// hostAllowed refuses, on a loopback listener, a Host that is not
+// loopback: a page of another site that a DNS rebinding points at
+// 127.0.0.1 carries its own name as Host.
+func hostAllowed(r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok || !isLoopback(local.String()) {
+		return true
+	}
+	return isLoopback(r.Host)
+}
+
+func isLoopback(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 when the store is open and takes writes, else 503.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.cfg.Ready(ctx); err != nil {
+		s.cfg.Logger.Warn("not ready", "request_id", pipeline.RequestID(r.Context()), "cause", err.Error())
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
+	s.fail(w, r, pipeline.Errorf(pipeline.NotFound, "There is nothing at this path: writerd serves /mcp, POST /v1/tools/{tool}, /metrics, /healthz and /readyz."))
+}
+
+// refuse answers a request the edge turned away, counted as a transport
+// error of its kind.
+func (s *server) refuse(w http.ResponseWriter, r *http.Request, kind string, e *pipeline.Error) {
+	s.cfg.Metrics.TransportError("http", kind)
+	s.cfg.Logger.Warn("transport error", "request_id", pipeline.RequestID(r.Context()), "transport", "http",
+		"kind", kind, "description", e.Message)
+	s.fail(w, r, e)
+}
+
+// fail writes an error as the envelope every transport uses, with its
+// catalogue status. It is the one place the edge maps an error to HTTP.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, e *pipeline.Error) {
+	res := &pipeline.Result{RequestID: pipeline.RequestID(r.Context()), Err: e}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Status())
+	w.Write(res.ErrorJSON())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// statusWriter remembers the status written, for the log and the metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) code() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
