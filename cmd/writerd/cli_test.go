@@ -74,7 +74,7 @@ func mustNotFault(t testing.TB, stderr string) {
 // usage was printed.
 const (
 	mainUsageLine    = "writerd serves MCP write tools to AI agents"
-	serveUsageLine   = "usage: writerd serve --stdio [flags]"
+	serveUsageLine   = "usage: writerd serve [--stdio] [--addr HOST:PORT] [flags]"
 	checkUsageLine   = "usage: writerd check [--data DIR]"
 	versionUsageLine = "usage: writerd version"
 )

@@ -178,22 +178,28 @@ func (fs *flagSet) dataDirFlag(p *string) {
 	fs.defaults["data"] = dataDefault
 }
 
-// dataDir resolves the --data value: a leading ~/ is the home directory; a
-// relative path is refused, since it would name a directory wherever the
-// client happens to start writerd (Claude Desktop, for one, expands
-// neither ~ nor relative paths). The error is a usage error.
+// dataDir resolves the --data value as path does.
 func (fs *flagSet) dataDir(dir string) (string, error) {
-	if dir == "~" || strings.HasPrefix(dir, "~/") {
+	return fs.path("data", dir)
+}
+
+// path resolves the value of a flag that names a file or directory: a
+// leading ~/ is the home directory; a relative path is refused, since it
+// would name a place wherever the client happens to start writerd (Claude
+// Desktop, for one, expands neither ~ nor relative paths). The error is a
+// usage error.
+func (fs *flagSet) path(flag, p string) (string, error) {
+	if p == "~" || strings.HasPrefix(p, "~/") {
 		home, err := os.UserHomeDir()
 		if err != nil || !filepath.IsAbs(home) {
-			return "", fs.fail("%s starts with ~, but the home directory is not known; give an absolute path", fs.label("data"))
+			return "", fs.fail("%s starts with ~, but the home directory is not known; give an absolute path", fs.label(flag))
 		}
-		dir = filepath.Join(home, strings.TrimPrefix(dir[1:], "/"))
+		p = filepath.Join(home, strings.TrimPrefix(p[1:], "/"))
 	}
-	if !filepath.IsAbs(dir) {
-		return "", fs.fail("%s takes an absolute directory, such as /var/lib/writerd or ~/writerd, not a relative one", fs.label("data"))
+	if !filepath.IsAbs(p) {
+		return "", fs.fail("%s takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one", fs.label(flag))
 	}
-	return filepath.Clean(dir), nil
+	return filepath.Clean(p), nil
 }
 
 // defaultDataDir is $XDG_DATA_HOME/writerd, or ~/.local/share/writerd. A

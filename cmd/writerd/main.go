@@ -13,8 +13,14 @@ import (
 )
 
 func main() {
+	// The first SIGINT or SIGTERM asks for a graceful stop; once it has
+	// come, the signals' default action is back, so a second exits at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -92,7 +98,7 @@ Usage:
 
 Commands:
 
-	serve     serve the tools over MCP (stdio)
+	serve     serve the tools: MCP over stdio or HTTP, and the HTTP API
 	check     check a database: the file, bbolt's consistency, writerd's invariants
 	version   print the version (also: writerd --version)
 	help      print a command's usage and flags: writerd help serve

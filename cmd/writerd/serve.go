@@ -6,17 +6,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/mcp"
+	"github.com/writerd/writerd/mcp/httpapi"
+	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 )
@@ -33,19 +39,43 @@ type ServeCommand struct {
 	Stdin          io.ReadCloser
 	Stdout, Stderr io.Writer
 
-	stdio     bool
-	dataDir   string
-	principal string
-	limits    pipeline.Limits
-	keyTTL    time.Duration
-	keyWait   time.Duration
-	logLevel  slog.Level
+	stdio      bool
+	addr       string
+	tokensFile string
+	insecure   bool
+	maxBody    int64
+	dataDir    string
+	principal  string
+	limits     pipeline.Limits
+	keyTTL     time.Duration
+	keyWait    time.Duration
+	logLevel   slog.Level
 }
 
-const serveUsage = `usage: writerd serve --stdio [flags]
+// defaultAddr is where serve listens when it serves HTTP and --addr is not
+// given: loopback only.
+const defaultAddr = "127.0.0.1:7070"
 
-Serves writerd's tools over MCP. With --stdio, MCP runs on stdin and stdout
-(stdout carries nothing else) and every log line goes to stderr as JSON.
+// shutdownGrace bounds how long a graceful shutdown waits for requests in
+// flight.
+const shutdownGrace = 30 * time.Second
+
+const serveUsage = `usage: writerd serve [--stdio] [--addr HOST:PORT] [flags]
+
+Serves writerd's tools. Without --stdio, serve is an HTTP daemon on --addr
+(default 127.0.0.1:7070): MCP Streamable HTTP at /mcp, the direct API at
+POST /v1/tools/{tool} (the key in an Idempotency-Key header), Prometheus
+metrics at /metrics, and /healthz and /readyz. /mcp and /v1 need a bearer
+token from the --tokens file (writerd token new); without one, serve
+refuses to start unless --insecure-no-auth is given on a loopback address.
+SIGHUP reloads the tokens file; SIGINT or SIGTERM stops accepting, lets
+requests in flight finish and closes the store; a second signal exits at
+once.
+
+With --stdio, MCP runs on stdin and stdout (stdout carries nothing else)
+for the client that started the process; with --addr as well, the same
+process also serves HTTP, for scraping and other agents. Every log line
+goes to stderr as JSON.
 
 The database is the file writerd.db in the data directory, created if
 missing. A damaged file is refused at start-up with one sentence naming the
@@ -63,6 +93,12 @@ Examples:
 	# Serve a local agent (Claude Desktop, Claude Code) over stdio:
 	writerd serve --stdio
 
+	# Serve agents over HTTP, with tokens made by writerd token new:
+	writerd serve --addr 127.0.0.1:7070 --tokens ~/.config/writerd/tokens.json
+
+	# Serve stdio, and metrics and the API on a loopback port, without tokens:
+	writerd serve --stdio --addr 127.0.0.1:7071 --insecure-no-auth
+
 	# Keep idempotency keys for a week, in a chosen data directory:
 	writerd serve --stdio --data /var/lib/writerd --key-ttl 168h
 
@@ -75,6 +111,10 @@ Flags:
 func (c *ServeCommand) flags() *flagSet {
 	fs := newFlagSet("writerd serve", serveUsage, c.Stdout, c.Stderr)
 	fs.BoolVar(&c.stdio, "stdio", false, "serve MCP on stdin and stdout")
+	fs.StringVar(&c.addr, "addr", "", "serve HTTP on this `address` (default "+defaultAddr+" without --stdio; none with it)")
+	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file` HTTP callers authenticate against (writerd token new makes it)")
+	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "serve HTTP without tokens, every caller as --principal with every scope; loopback addresses only")
+	fs.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "the largest HTTP request body, in `bytes`")
 	fs.dataDirFlag(&c.dataDir)
 	fs.StringVar(&c.principal, "principal", "local", "the `name` of the principal that stdio calls act as")
 	fs.IntVar(&c.limits.MaxBytes, "max-bytes", pipeline.DefaultLimits.MaxBytes, "the largest arguments of a call, in `bytes`")
@@ -86,6 +126,8 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.defaults["key-wait"] = shortDuration(pipeline.DefaultKeyWait)
 	fs.defaults["log-level"] = strings.ToLower(slog.LevelInfo.String())
 	fs.takes("stdio", "true or false")
+	fs.takes("insecure-no-auth", "true or false")
+	fs.takes("max-body", "a whole number of bytes, such as 1048576")
 	fs.takes("max-bytes", "a whole number of bytes, such as 131072")
 	fs.takes("max-depth", "a whole number of levels, such as 16")
 	fs.takes("key-ttl", "a duration such as 24h")
@@ -110,21 +152,63 @@ func (c *ServeCommand) parse(args []string) error {
 		return fs.fail("%s takes a positive duration such as 24h", fs.label("key-ttl"))
 	case c.keyWait <= 0:
 		return fs.fail("%s takes a positive duration such as 5s", fs.label("key-wait"))
+	case c.maxBody < 1:
+		return fs.fail("%s takes a positive number of bytes", fs.label("max-body"))
+	}
+	if !c.stdio && c.addr == "" {
+		c.addr = defaultAddr
+	}
+	if c.addr != "" {
+		if _, _, err := net.SplitHostPort(c.addr); err != nil {
+			return fs.fail("%s takes a host and a port, such as %s", fs.label("addr"), defaultAddr)
+		}
+		switch {
+		case c.tokensFile != "" && c.insecure:
+			return fs.fail("%s and %s exclude each other: choose tokens, or none on loopback", fs.label("tokens"), fs.label("insecure-no-auth"))
+		case c.insecure && !loopbackAddr(c.addr):
+			return fs.fail("%s serves without tokens, so only on a loopback address such as %s", fs.label("insecure-no-auth"), defaultAddr)
+		case c.tokensFile == "" && !c.insecure:
+			return fs.fail("the HTTP server needs %s FILE (make one with writerd token new), or %s on a loopback address", fs.label("tokens"), fs.label("insecure-no-auth"))
+		}
 	}
 	var err error
+	if c.tokensFile != "" {
+		if c.tokensFile, err = fs.path("tokens", c.tokensFile); err != nil {
+			return err
+		}
+	}
 	c.dataDir, err = fs.dataDir(c.dataDir)
 	return err
 }
 
-// Run parses the flags, opens the database and serves until the client
-// closes stdin or ctx is cancelled.
+// loopbackAddr reports whether a listen address is a loopback one:
+// localhost or a loopback IP, never the wildcard.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Run parses the flags, opens the database and serves: over stdio until
+// the client closes stdin, over HTTP until a signal; with both, until
+// either ends. Requests in flight finish before the store closes.
 func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if err := c.parse(args); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(c.Stderr, &slog.HandlerOptions{Level: c.logLevel}))
-	if !c.stdio {
-		return errors.New("serve: the HTTP transport is not available yet; use --stdio")
+	var authn *authenticator
+	if c.addr != "" {
+		var err error
+		if authn, err = c.authenticator(log); err != nil {
+			return err
+		}
 	}
 	// A held store is served as UNAVAILABLE until it opens; any other
 	// failure to open (a damaged file, a directory that cannot be made)
@@ -137,6 +221,9 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("the store cannot be opened: %w", err)
 	}
 
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	metrics.RegisterProcess(reg, version(), runtime.Version())
 	var audit pipeline.Audit = auditlog.Bolt{}
 	if wrapAudit != nil {
 		audit = wrapAudit(audit)
@@ -144,7 +231,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	p := pipeline.New(pipeline.Config{
 		Storage: store, Keys: idempotency.Bolt{}, Audit: audit,
 		Limits: c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait,
-		Logger: log,
+		Logger: log, Metrics: m,
 	})
 	tools := handlers.Tools(boltstore.Store{})
 	if extraTools != nil {
@@ -154,39 +241,134 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		store.Close()
 		return err
 	}
-	log.Info("config", "transport", pipeline.TransportStdio, "principal", c.principal,
-		"max_bytes", c.limits.MaxBytes, "max_depth", c.limits.MaxDepth,
+
+	var ln net.Listener
+	if c.addr != "" {
+		if ln, err = net.Listen("tcp", c.addr); err != nil {
+			store.Close()
+			return fmt.Errorf("serve: cannot listen on %s: %w", c.addr, errors.Unwrap(err))
+		}
+	}
+	var transports []string
+	if c.stdio {
+		transports = append(transports, pipeline.TransportStdio)
+	}
+	if ln != nil {
+		transports = append(transports, pipeline.TransportHTTP)
+	}
+	log.Info("config", "transports", strings.Join(transports, ","), "addr", listenAddr(ln),
+		"auth", authn.describe(), "principal", c.principal,
+		"max_bytes", c.limits.MaxBytes, "max_depth", c.limits.MaxDepth, "max_body", c.maxBody,
 		"key_ttl", c.keyTTL.String(), "key_wait", c.keyWait.String(),
 		"tools", len(tools), "version", version())
 
 	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var background sync.WaitGroup
 	background.Go(func() { c.whenOpen(ctx, log, store, p) })
 
-	caller := pipeline.Caller{Principal: c.principal, Scopes: pipeline.AllScopes, Transport: pipeline.TransportStdio}
-	srv := mcp.NewServer(p, mcp.Options{
-		Version: version(), Logger: log,
-		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller },
-	})
-	// The frame limit stays well above --max-bytes, so that an oversized
-	// call is answered with INPUT_TOO_LARGE: a frame holds the arguments
-	// escaped at most sixfold (\u0000 for a byte).
-	maxFrame := max(sdk.DefaultMaxLineLength, 6*c.limits.MaxBytes+64<<10)
-	err = srv.Run(ctx, mcp.Stdio(c.Stdin, c.Stdout, maxFrame, log))
+	var httpSrv *http.Server
+	httpDone := make(chan error, 1)
+	if ln != nil {
+		httpSrv = c.httpServer(log, p, store, authn, reg, m)
+		go func() { httpDone <- httpSrv.Serve(ln) }()
+		if authn.tokens != nil {
+			background.Go(func() { authn.reloadOnHangup(ctx, log) })
+		}
+	}
 
-	// The collector stops before the store closes, so that no transaction
-	// of it meets a closed store.
+	var stdioErr error
+	if c.stdio {
+		caller := pipeline.Caller{Principal: c.principal, Scopes: pipeline.AllScopes, Transport: pipeline.TransportStdio}
+		srv := mcp.NewServer(p, mcp.Options{
+			Version: version(), Logger: log,
+			Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller },
+		})
+		// The frame limit stays well above --max-bytes, so that an oversized
+		// call is answered with INPUT_TOO_LARGE: a frame holds the arguments
+		// escaped at most sixfold (\u0000 for a byte).
+		maxFrame := max(sdk.DefaultMaxLineLength, 6*c.limits.MaxBytes+64<<10)
+		stdioErr = srv.Run(ctx, mcp.Stdio(c.Stdin, c.Stdout, mcp.StdioOptions{
+			MaxFrame: maxFrame, Logger: log,
+			OnRefuse: func(kind string) { m.TransportError(pipeline.TransportStdio, kind) },
+		}))
+	} else {
+		select {
+		case <-ctx.Done():
+		case err := <-httpDone:
+			log.Error("http server", "kind", mcp.TransportErrorKind(err), "cause", mcp.TransportError(err))
+		}
+	}
+
+	// Stop accepting and let requests in flight finish; then stop the
+	// collector before the store closes, so that no transaction meets a
+	// closed store.
+	if httpSrv != nil {
+		log.Info("shutting down", "grace", shutdownGrace.String())
+		sctx, scancel := context.WithTimeout(context.Background(), shutdownGrace)
+		if err := httpSrv.Shutdown(sctx); err != nil {
+			log.Error("http shutdown", "kind", mcp.TransportErrorKind(err), "cause", mcp.TransportError(err))
+		}
+		scancel()
+	}
 	cancel()
 	background.Wait()
 	if cerr := store.Close(); cerr != nil {
 		log.Error("close the store", "cause", cerr.Error())
 	}
-	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
-		log.Error("stdio transport", "kind", mcp.TransportErrorKind(err), "cause", mcp.TransportError(err))
+	if stdioErr != nil && !errors.Is(stdioErr, context.Canceled) && !errors.Is(stdioErr, io.EOF) {
+		log.Error("stdio transport", "kind", mcp.TransportErrorKind(stdioErr), "cause", mcp.TransportError(stdioErr))
 		return errors.New("serve: the stdio transport failed")
 	}
 	log.Info("shutdown")
 	return nil
+}
+
+// httpServer builds the HTTP daemon: the edge and routes of package
+// httpapi, with MCP over Streamable HTTP, on a server with every timeout
+// set.
+func (c *ServeCommand) httpServer(log *slog.Logger, p *pipeline.Pipeline, store *boltdb.Pending, authn *authenticator, reg *prometheus.Registry, m *metrics.Metrics) *http.Server {
+	mcpSrv := mcp.NewServer(p, mcp.Options{
+		Version: version(), Logger: log,
+		Caller: func(ctx context.Context, _ *sdk.CallToolRequest) pipeline.Caller {
+			caller, _ := authn.caller(ctx)
+			caller.Transport = pipeline.TransportHTTP
+			return caller
+		},
+	})
+	h := httpapi.New(httpapi.Config{
+		Pipeline: p,
+		MCP: mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: log,
+			OnRefuse: func(kind string) { m.TransportError(pipeline.TransportHTTP, kind) }}),
+		Authenticate: authn.middleware(m),
+		Caller:       authn.caller,
+		Ready: func(ctx context.Context) error {
+			db := store.DB()
+			if db == nil {
+				return errors.New("the store is not open")
+			}
+			return db.Update(ctx, func(pipeline.Tx) error { return nil })
+		},
+		Gatherer: reg, Metrics: m, Logger: log, MaxBody: c.maxBody,
+	})
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		// Connection-level errors (a TLS handshake, a malformed request
+		// line) are logged by kind only.
+		ErrorLog: slog.NewLogLogger(httpErrorLog{log.Handler()}, slog.LevelWarn),
+	}
+}
+
+func listenAddr(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
 }
 
 // whenOpen waits for the store to open, logging once that it waits and

@@ -384,11 +384,11 @@ func TestServe_DataDir(t *testing.T) {
 		{"default: XDG_DATA_HOME", nil, []string{"XDG_DATA_HOME=HOME/xdg"}, "xdg/writerd/writerd.db", ""},
 		{"default: home", nil, nil, ".local/share/writerd/writerd.db", ""},
 		{"default: a relative XDG_DATA_HOME is ignored", nil, []string{"XDG_DATA_HOME=xdg"}, ".local/share/writerd/writerd.db", ""},
-		{"relative", []string{"--data", "store"}, nil, "", "writerd serve: --data takes an absolute directory, such as /var/lib/writerd or ~/writerd, not a relative one"},
-		{"dot-relative", []string{"--data", "./store"}, nil, "", "writerd serve: --data takes an absolute directory, such as /var/lib/writerd or ~/writerd, not a relative one"},
-		{"another user's home", []string{"--data", "~other/store"}, nil, "", "writerd serve: --data takes an absolute directory, such as /var/lib/writerd or ~/writerd, not a relative one"},
-		{"empty", []string{"--data", ""}, nil, "", "writerd serve: --data takes an absolute directory, such as /var/lib/writerd or ~/writerd, not a relative one"},
-		{"relative from the environment", nil, []string{"WRITERD_DATA=store"}, "", "writerd serve: WRITERD_DATA takes an absolute directory, such as /var/lib/writerd or ~/writerd, not a relative one"},
+		{"relative", []string{"--data", "store"}, nil, "", "writerd serve: --data takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one"},
+		{"dot-relative", []string{"--data", "./store"}, nil, "", "writerd serve: --data takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one"},
+		{"another user's home", []string{"--data", "~other/store"}, nil, "", "writerd serve: --data takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one"},
+		{"empty", []string{"--data", ""}, nil, "", "writerd serve: --data takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one"},
+		{"relative from the environment", nil, []string{"WRITERD_DATA=store"}, "", "writerd serve: WRITERD_DATA takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -426,7 +426,7 @@ func TestServe_DataDir(t *testing.T) {
 	}
 	// writerd check takes --data by the same rule.
 	r := mustRunWith(t, runConfig{cwd: t.TempDir()}, "check", "--data", "store")
-	if first, _, _ := strings.Cut(r.stderr, "\n"); r.code != 2 || first != "writerd check: --data takes an absolute directory, such as /var/lib/writerd or ~/writerd, not a relative one" {
+	if first, _, _ := strings.Cut(r.stderr, "\n"); r.code != 2 || first != "writerd check: --data takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one" {
 		t.Fatalf("check --data store: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
 	home := t.TempDir()

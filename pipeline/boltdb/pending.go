@@ -11,7 +11,7 @@ import (
 
 // HeldMessage is what a call is told while another process holds the
 // database: a fixed sentence, without a path.
-const HeldMessage = "The store is in use by another writerd process. Send the call again with the same key in a little while; if this persists, give each client its own --data directory, or share one writerd daemon over HTTP once that is available."
+const HeldMessage = "The store is in use by another writerd process. Send the call again with the same key in a little while; if this persists, give each client its own --data directory, or share one writerd daemon over HTTP (writerd serve --addr) among them."
 
 // closedMessage is what a call is told when the database could not be
 // opened at all; the cause is in the log.

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/writerd/writerd/mcp/auth"
+	"github.com/writerd/writerd/metrics"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// authenticator is how serve's HTTP server knows its callers: the tokens
+// of a tokens file, or, with --insecure-no-auth on loopback, one principal
+// with every scope.
+type authenticator struct {
+	tokens    *auth.Tokens // nil when insecure
+	principal string       // the caller's principal when insecure
+}
+
+// authenticator loads the tokens file, or sets up the insecure mode the
+// flags allowed.
+func (c *ServeCommand) authenticator(log *slog.Logger) (*authenticator, error) {
+	if c.insecure {
+		log.Warn("serving HTTP without tokens: every caller acts as the principal, with every scope",
+			"principal", c.principal)
+		return &authenticator{principal: c.principal}, nil
+	}
+	tokens, err := auth.Load(c.tokensFile)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	for _, w := range tokens.Warnings() {
+		log.Warn("tokens file", "warning", w)
+	}
+	return &authenticator{tokens: tokens}, nil
+}
+
+// describe names the mode for the configuration line, without a path.
+func (a *authenticator) describe() string {
+	switch {
+	case a == nil:
+		return "none"
+	case a.tokens == nil:
+		return "insecure-no-auth"
+	}
+	return fmt.Sprintf("tokens (%d)", len(a.tokens.Entries()))
+}
+
+// middleware guards /mcp and /v1; every refusal is counted by its reason.
+func (a *authenticator) middleware(m *metrics.Metrics) func(http.Handler) http.Handler {
+	if a.tokens == nil {
+		return func(next http.Handler) http.Handler { return auth.Insecure(a.principal, next) }
+	}
+	return func(next http.Handler) http.Handler {
+		return auth.Bearer(a.tokens, next, func(_ *http.Request, reason auth.Reason) {
+			m.TransportError(pipeline.TransportHTTP, "unauthenticated_"+string(reason))
+		})
+	}
+}
+
+// caller is the caller the middleware put in the request's context.
+func (a *authenticator) caller(ctx context.Context) (pipeline.Caller, bool) {
+	return auth.CallerFrom(ctx)
+}
+
+// reloadOnHangup reloads the tokens file on every SIGHUP until ctx ends: a
+// revoked token fails from the next request on. A file that cannot be read
+// keeps the tokens loaded before.
+func (a *authenticator) reloadOnHangup(ctx context.Context, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := a.tokens.Reload(); err != nil {
+				log.Error("reload the tokens file; the tokens loaded before stay in force", "cause", err.Error())
+				continue
+			}
+			log.Info("tokens file reloaded", "tokens", len(a.tokens.Entries()))
+		}
+	}
+}
+
+// httpErrorLog is the handler behind http.Server's ErrorLog: the server's
+// messages quote what a client sent (a malformed request line, a header),
+// so each is logged as its kind and a fixed description.
+type httpErrorLog struct{ slog.Handler }
+
+func (h httpErrorLog) Handle(ctx context.Context, r slog.Record) error {
+	kind, description := "other", "The HTTP server refused a connection or request."
+	switch msg := r.Message; {
+	case strings.Contains(msg, "TLS handshake"):
+		kind, description = "tls_handshake", "A client spoke TLS to a plain HTTP port, or failed a handshake."
+	case strings.Contains(msg, "panic"):
+		kind, description = "panic", "A handler panicked outside the edge's recovery."
+	case strings.Contains(msg, "Accept error"):
+		kind, description = "accept", "Accepting a connection failed."
+	}
+	out := slog.NewRecord(r.Time, r.Level, "transport error", r.PC)
+	out.AddAttrs(slog.String("transport", "http"), slog.String("kind", kind), slog.String("description", description))
+	return h.Handler.Handle(ctx, out)
+}
