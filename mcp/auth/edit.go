@@ -42,7 +42,7 @@ func Create(path, name string, scopes pipeline.Scope) (string, error) {
 		Entry: Entry{Name: name, Scopes: scopes, CreatedAt: time.Now().UTC().Truncate(time.Second)},
 		hash:  digest(token),
 	}
-	err := edit(path, func(t *table) error {
+	err := edit(path, true, func(t *table) error {
 		for _, o := range t.entries {
 			if strings.EqualFold(o.Name, name) {
 				return ErrNameTaken
@@ -58,10 +58,11 @@ func Create(path, name string, scopes pipeline.Scope) (string, error) {
 }
 
 // Revoke removes the token named name, exactly as written, from the tokens
-// file at path; ErrNoSuchName if there is none. A running daemon accepts
-// the token until it reloads the file.
+// file at path; ErrNoSuchName if there is none. A missing file is an
+// error that satisfies errors.Is(err, fs.ErrNotExist), and nothing is
+// created. A running daemon accepts the token until it reloads the file.
 func Revoke(path, name string) error {
-	return edit(path, func(t *table) error {
+	return edit(path, false, func(t *table) error {
 		for i, o := range t.entries {
 			if o.Name == name {
 				t.entries = append(t.entries[:i], t.entries[i+1:]...)
@@ -73,7 +74,8 @@ func Revoke(path, name string) error {
 }
 
 // edit changes the tokens file at path under its lock, atomically: it
-// reads the file as Load does (a missing one is empty), applies change,
+// reads the file as Load does (a missing one is empty if create is set,
+// and otherwise an error, before anything is made), applies change,
 // and writes the result to a new file in the same directory, which it
 // syncs and renames over the old one before syncing the directory. A
 // reader sees the old file or the new one, never a part of either; a
@@ -83,11 +85,15 @@ func Revoke(path, name string) error {
 //
 // A symbolic link is followed, and its target replaced. The new file keeps
 // the old one's mode and its owner and group; a new file has mode 0600.
-func edit(path string, change func(*table) error) error {
-	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+func edit(path string, create bool, change func(*table) error) error {
+	resolved, err := filepath.EvalSymlinks(path)
+	switch {
+	case err == nil:
 		path = resolved
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	case !errors.Is(err, fs.ErrNotExist):
 		return fileError("cannot be found", err)
+	case !create:
+		return fileError("cannot be read", err)
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -101,7 +107,7 @@ func edit(path string, change func(*table) error) error {
 
 	tab, old := &table{}, fs.FileInfo(nil)
 	switch f, err := os.Open(path); {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist) && create:
 	case err != nil:
 		return fileError("cannot be read", err)
 	default:

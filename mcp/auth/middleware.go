@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -45,10 +44,10 @@ const (
 	ReasonUnknown Reason = "unknown"
 )
 
-// Code is the error code of a request refused for want of a valid token,
-// HTTP status 401, retry never. It is not one of the pipeline's codes: no
-// call is made.
-const Code pipeline.Code = "UNAUTHENTICATED"
+// Code is the error code of a request refused for want of a valid token:
+// HTTP status 401, retry never, in the pipeline's catalogue though no call
+// is made.
+const Code = pipeline.Unauthenticated
 
 // Message is the one sentence a refused request is answered with, whatever
 // the reason: the answer tells a client only that it needs a valid token.
@@ -133,28 +132,14 @@ func bearerToken(h http.Header) (token string, reason Reason, challenge string) 
 	return token, "", ""
 }
 
-type envelope struct {
-	Error envelopeBody `json:"error"`
-}
-
-type envelopeBody struct {
-	Code      pipeline.Code  `json:"code"`
-	Message   string         `json:"message"`
-	Status    int            `json:"status"`
-	Retry     pipeline.Retry `json:"retry"`
-	RequestID string         `json:"request_id"`
-}
-
-// unauthenticated answers 401 with the challenge and the fixed envelope.
+// unauthenticated answers 401 with the challenge and the error envelope of
+// Code and Message, rendered as every other envelope is.
 func unauthenticated(w http.ResponseWriter, r *http.Request, challenge string) {
-	body, _ := json.Marshal(envelope{Error: envelopeBody{
-		Code: Code, Message: Message, Status: http.StatusUnauthorized,
-		Retry: pipeline.RetryNever, RequestID: pipeline.RequestID(r.Context()),
-	}})
+	res := &pipeline.Result{RequestID: pipeline.RequestID(r.Context()), Err: pipeline.Errorf(Code, "%s", Message)}
 	h := w.Header()
 	h.Set("WWW-Authenticate", `Bearer realm="writerd"`+challenge)
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusUnauthorized)
-	w.Write(body)
+	w.Write(res.ErrorJSON())
 }

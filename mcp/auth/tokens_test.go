@@ -427,3 +427,15 @@ func TestParseScopes(t *testing.T) {
 		t.Errorf("FormatScopes = %q", s)
 	}
 }
+
+// Ensure Revoke on a missing file says so and makes nothing.
+func TestTokens_RevokeMissingFileMakesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "tokens.json")
+	if err := auth.Revoke(path, "a"); !errors.Is(err, fs.ErrNotExist) || strings.Contains(err.Error(), dir) {
+		t.Errorf("Revoke on a missing file: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("Revoke on a missing file made %v", entries)
+	}
+}
