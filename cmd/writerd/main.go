@@ -35,6 +35,7 @@ func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command 
 	return map[string]command{
 		"serve":   &ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr},
 		"check":   &CheckCommand{Stdout: stdout, Stderr: stderr},
+		"token":   &TokenCommand{Stdout: stdout, Stderr: stderr},
 		"version": &VersionCommand{Stdout: stdout, Stderr: stderr},
 	}
 }
@@ -100,6 +101,7 @@ Commands:
 
 	serve     serve the tools: MCP over stdio or HTTP, and the HTTP API
 	check     check a database: the file, bbolt's consistency, writerd's invariants
+	token     make, list and revoke the bearer tokens of the HTTP transports
 	version   print the version (also: writerd --version)
 	help      print a command's usage and flags: writerd help serve
 

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"text/tabwriter"
+	"time"
+
+	"github.com/writerd/writerd/mcp/auth"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// TokenCommand makes, lists and revokes the bearer tokens that serve's
+// HTTP transports accept: writerd token new|list|revoke.
+type TokenCommand struct {
+	Stdout, Stderr io.Writer
+
+	tokensFile string
+	name       string
+	scopes     pipeline.Scope
+}
+
+const tokenUsage = `usage: writerd token new|list|revoke --tokens FILE [flags]
+
+Makes, lists and revokes the bearer tokens that writerd serve accepts over
+HTTP. The tokens file keeps, for each token, its name, its scopes, when it
+was made and the SHA-256 hash of the token, never the token itself: a token
+is printed once, by token new, and cannot be shown again. Lost, it is
+revoked and replaced.
+
+Commands:
+
+  new      make a token and print it once on stdout
+  list     list the tokens: name, scopes and when each was made
+  revoke   remove a token
+
+A token's name is the principal its calls act as: idempotency keys are kept
+per name, and audit events record it. Its scopes are read (the read tools),
+write (the write tools) and audit (the audit API).
+
+The file is made with mode 0600 (its directory, if missing, 0700); edits
+are atomic and keep its mode and owner, and two token commands at once do
+not lose each other's change. A file other users can write is refused. A
+running writerd serve reads the file again on SIGHUP: a new token works, and
+a revoked one fails, from then on.
+
+Each flag may also be set in the environment as WRITERD_<FLAG>; set
+WRITERD_TOKENS to leave out --tokens.
+
+Examples:
+
+	# Make a token for an agent that reads and writes:
+	writerd token new --tokens ~/.config/writerd/tokens.json --name claude-code
+
+	# Make a read-only token for a dashboard:
+	writerd token new --tokens ~/.config/writerd/tokens.json --name dashboard --scopes read
+
+	# List the tokens, revoke one, and have the daemon read the file again:
+	export WRITERD_TOKENS=~/.config/writerd/tokens.json
+	writerd token list
+	writerd token revoke --name dashboard
+	kill -HUP "$(pidof writerd)"
+
+Run 'writerd token new -h' (list, revoke) for one command's flags.
+
+Flags:
+`
+
+const tokenNewUsage = `usage: writerd token new --tokens FILE --name NAME [--scopes read,write]
+
+Makes a token named NAME with the given scopes, adds its hash to the tokens
+file and prints the token once on stdout; a line on stderr says to store it.
+The file and its directory are made if missing (modes 0600 and 0700). A name
+that the file holds already, in any case, is refused. A running writerd
+serve accepts the token after SIGHUP.
+
+Examples:
+
+	# A token for an agent that reads and writes, kept in a file only you can read:
+	(umask 077; writerd token new --tokens ~/.config/writerd/tokens.json --name claude-code > ~/.config/writerd/claude-code.token)
+
+	# A token that may also read the audit log:
+	writerd token new --tokens /etc/writerd/tokens.json --name auditor --scopes read,audit
+
+Flags:
+`
+
+const tokenListUsage = `usage: writerd token list --tokens FILE
+
+Lists the tokens in the tokens file, one a line: the name, the scopes and
+when it was made (UTC). The hashes are not shown.
+
+Example:
+
+	writerd token list --tokens ~/.config/writerd/tokens.json
+
+Flags:
+`
+
+const tokenRevokeUsage = `usage: writerd token revoke --tokens FILE --name NAME
+
+Removes the token named NAME, exactly as written, from the tokens file. A
+running writerd serve refuses it once it reads the file again, on SIGHUP.
+A name the file does not hold is an error (exit 1).
+
+Example:
+
+	writerd token revoke --tokens ~/.config/writerd/tokens.json --name dashboard
+	kill -HUP "$(pidof writerd)"
+
+Flags:
+`
+
+// tokenCommands are the token commands: their usage and the flags each
+// takes besides --tokens.
+var tokenCommands = map[string]struct {
+	usage string
+	name  bool // takes --name
+	new   bool // takes --scopes
+}{
+	"new":    {tokenNewUsage, true, true},
+	"list":   {tokenListUsage, false, false},
+	"revoke": {tokenRevokeUsage, true, false},
+}
+
+// flags returns the flags of writerd token as a whole, for its usage.
+func (c *TokenCommand) flags() *flagSet {
+	fs := newFlagSet("writerd token", tokenUsage, c.Stdout, c.Stderr)
+	c.define(fs, true, true)
+	fs.Lookup("name").Usage += " (new and revoke)"
+	fs.Lookup("scopes").Usage += " (new only)"
+	return fs
+}
+
+// define defines --tokens, and --name and --scopes if asked for.
+func (c *TokenCommand) define(fs *flagSet, name, scopes bool) {
+	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file`, required: an absolute path, or one starting with ~/")
+	if name {
+		fs.StringVar(&c.name, "name", "", "the token's `name`, required: the principal its calls act as, 1 to 128 printable ASCII characters without spaces")
+	}
+	if scopes {
+		c.scopes = pipeline.ScopeRead | pipeline.ScopeWrite
+		fs.Var(scopesValue{&c.scopes}, "scopes", "the token's `scopes`, separated by commas: read, write, audit")
+		fs.takes("scopes", "read, write or audit, separated by commas, such as read,write")
+	}
+}
+
+// Run runs one token command.
+func (c *TokenCommand) Run(_ context.Context, args []string) error {
+	top := c.flags()
+	if len(args) == 0 {
+		return top.fail("no command given: new, list or revoke")
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) == 2 {
+			if sub, ok := tokenCommands[args[1]]; ok {
+				fs := newFlagSet("writerd token "+args[1], sub.usage, c.Stdout, c.Stderr)
+				c.define(fs, sub.name, sub.new)
+				fs.printUsage(c.Stdout)
+				return flag.ErrHelp
+			}
+		}
+		if len(args) > 1 {
+			return top.fail("help takes one of new, list or revoke")
+		}
+		top.printUsage(c.Stdout)
+		return flag.ErrHelp
+	}
+	sub, ok := tokenCommands[args[0]]
+	if !ok {
+		if args[0] != "" && args[0][0] == '-' {
+			return top.fail("the command comes first: writerd token new|list|revoke [flags]")
+		}
+		return top.fail("unknown command %q: new, list or revoke", args[0])
+	}
+	fs := newFlagSet("writerd token "+args[0], sub.usage, c.Stdout, c.Stderr)
+	c.define(fs, sub.name, sub.new)
+	if err := fs.parse(args[1:]); err != nil {
+		return err
+	}
+	if c.tokensFile == "" {
+		return fs.fail("%s is required: the tokens file, such as ~/.config/writerd/tokens.json", fs.label("tokens"))
+	}
+	path, err := fs.path("tokens", c.tokensFile)
+	if err != nil {
+		return err
+	}
+	if sub.name {
+		switch {
+		case c.name == "":
+			return fs.fail("%s is required: the token's name, such as ci-agent", fs.label("name"))
+		case !pipeline.ValidPrincipal(c.name):
+			return fs.fail("%s takes 1 to 128 printable ASCII characters without spaces", fs.label("name"))
+		}
+	}
+	switch args[0] {
+	case "new":
+		return c.new(path)
+	case "list":
+		return c.list(path)
+	default:
+		return c.revoke(path)
+	}
+}
+
+func (c *TokenCommand) new(path string) error {
+	token, err := auth.Create(path, c.name, c.scopes)
+	if errors.Is(err, auth.ErrNameTaken) {
+		return fmt.Errorf("a token named %q exists already (names are compared without regard to case); revoke it first, or choose another name", c.name)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.Stdout, token)
+	fmt.Fprintf(c.Stderr, "writerd token new: made a token named %q with scopes %s. Store it now: it is shown this once, and the tokens file keeps only its hash. A running writerd serve accepts it after SIGHUP.\n",
+		c.name, auth.FormatScopes(c.scopes))
+	return nil
+}
+
+func (c *TokenCommand) list(path string) error {
+	tokens, err := auth.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return errors.New("there is no tokens file: writerd token new makes it")
+	}
+	if err != nil {
+		return err
+	}
+	for _, w := range tokens.Warnings() {
+		fmt.Fprintf(c.Stderr, "writerd token list: warning: %s\n", w)
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSCOPES\tCREATED")
+	for _, e := range tokens.Entries() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Name, auth.FormatScopes(e.Scopes), e.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+func (c *TokenCommand) revoke(path string) error {
+	err := auth.Revoke(path, c.name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errors.New("there is no tokens file: writerd token new makes it")
+	case errors.Is(err, auth.ErrNoSuchName):
+		return fmt.Errorf("no token is named %q; writerd token list shows the names", c.name)
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(c.Stderr, "writerd token revoke: revoked the token named %q. A running writerd serve refuses it after SIGHUP.\n", c.name)
+	return nil
+}
+
+// scopesValue is --scopes: a list such as read,write, parsed as it is set.
+type scopesValue struct{ s *pipeline.Scope }
+
+func (v scopesValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return auth.FormatScopes(*v.s)
+}
+
+func (v scopesValue) Set(s string) error {
+	scopes, err := auth.ParseScopes(s)
+	if err != nil {
+		return err
+	}
+	*v.s = scopes
+	return nil
+}
