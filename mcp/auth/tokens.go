@@ -94,6 +94,9 @@ func (t *Tokens) Verify(token string) (pipeline.Caller, bool) {
 // without their hashes.
 func (t *Tokens) Entries() []Entry {
 	tab := t.table.Load()
+	if tab == nil {
+		return nil
+	}
 	es := make([]Entry, len(tab.entries))
 	for i, e := range tab.entries {
 		es[i] = e.Entry
@@ -105,5 +108,9 @@ func (t *Tokens) Entries() []Entry {
 // use was loaded from (it can be read by other users), as sentences
 // without its path, for the log.
 func (t *Tokens) Warnings() []string {
-	return append([]string(nil), t.table.Load().warnings...)
+	tab := t.table.Load()
+	if tab == nil {
+		return nil
+	}
+	return append([]string(nil), tab.warnings...)
 }
