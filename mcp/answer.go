@@ -44,6 +44,8 @@ func publicError(err error) (code int64, message string, data json.RawMessage) {
 		message = "The request failed."
 	}
 	if code == sdk.CodeUnsupportedProtocolVersion && we != nil {
+		// The spec has the requested version echoed too; writerd echoes
+		// nothing a caller sent, so only the supported ones are kept.
 		var d struct {
 			Supported []string `json:"supported"`
 		}

@@ -53,6 +53,18 @@ func MustServe(t testing.TB, setup ...func(*sdk.Server)) *server {
 // older protocol version.
 func MustServeWith(t testing.TB, opts *sdk.ClientSessionOptions, setup ...func(*sdk.Server)) *server {
 	t.Helper()
+	return mustServe(t, opts, nil, setup...)
+}
+
+// MustServeMiddleware is MustServe with middleware of the test's own in
+// the server's options.
+func MustServeMiddleware(t testing.TB, mw []sdk.Middleware, setup ...func(*sdk.Server)) *server {
+	t.Helper()
+	return mustServe(t, nil, mw, setup...)
+}
+
+func mustServe(t testing.TB, opts *sdk.ClientSessionOptions, mw []sdk.Middleware, setup ...func(*sdk.Server)) *server {
+	t.Helper()
 	db, err := boltdb.Open(t.TempDir(), boltstore.Store{}.Init)
 	if err != nil {
 		t.Fatal(err)
@@ -64,9 +76,10 @@ func MustServeWith(t testing.TB, opts *sdk.ClientSessionOptions, setup ...func(*
 	}
 	s := &server{t: t, db: db, p: p, frames: new(frames), log: new(lockedBuffer)}
 	srv := mcp.NewServer(p, mcp.Options{
-		Version: "test",
-		Logger:  slog.New(slog.NewJSONHandler(s.log, nil)),
-		Caller:  func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller },
+		Version:    "test",
+		Logger:     slog.New(slog.NewJSONHandler(s.log, nil)),
+		Caller:     func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller },
+		Middleware: mw,
 	})
 	for _, f := range setup {
 		f(srv)

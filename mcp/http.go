@@ -81,6 +81,12 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		id = m.ID
+		if m.Kind == KindRequest && Unoffered[m.Method] {
+			// Before the SDK, which would open a stream for
+			// subscriptions/listen.
+			writeFrame(w, http.StatusNotFound, errorFrame(id, jsonrpc.CodeMethodNotFound, "Method not found."))
+			return
+		}
 		r.Body = io.NopCloser(bytes.NewReader(sdkFrame(m)))
 		r.ContentLength = -1
 	}

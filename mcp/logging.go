@@ -68,6 +68,19 @@ var sdkMessages = map[string]bool{
 	"resource subscribed":                             true, "resource unsubscribed": true, "resource updated notification sent": true,
 }
 
+// sdkLevels lowers the level of SDK lines that are not the server's
+// trouble: a client's protocol mistake is a warning, not an error; a
+// session that starts and ends is routine (every stateless HTTP request is
+// one), so it is debug.
+var sdkLevels = map[string]slog.Level{
+	"initialized before initialize": slog.LevelWarn, "duplicate initialize request": slog.LevelWarn,
+	"duplicate initialized notification": slog.LevelWarn, "method invalid during initialization": slog.LevelWarn,
+	"method removed in the new protocol": slog.LevelWarn,
+	"server session connected":           slog.LevelDebug, "server session disconnected": slog.LevelDebug,
+	"server session ended": slog.LevelDebug, "server connecting": slog.LevelDebug,
+	"session initialized": slog.LevelDebug,
+}
+
 // sdkLog is the slog handler given to the SDK. The SDK logs values a
 // client sent (a method name, a log level, a resource URI, errors that
 // quote a frame) and keys of its own that clash with ours ("level"), so
@@ -81,7 +94,14 @@ func (h sdkLog) Handle(ctx context.Context, r slog.Record) error {
 	if !sdkMessages[msg] {
 		msg = "mcp sdk event"
 	}
-	out := slog.NewRecord(r.Time, r.Level, msg, r.PC)
+	level := r.Level
+	if l, ok := sdkLevels[msg]; ok && l < level {
+		level = l
+	}
+	if !h.Enabled(ctx, level) {
+		return nil
+	}
+	out := slog.NewRecord(r.Time, level, msg, r.PC)
 	described := false
 	r.Attrs(func(a slog.Attr) bool {
 		switch err, isErr := a.Value.Any().(error); {

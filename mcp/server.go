@@ -31,6 +31,10 @@ type Options struct {
 	Version string
 	Logger  *slog.Logger // required
 	Caller  CallerFunc   // required
+	// Middleware run inside writerd's own, after the request id is set and
+	// under its panic recovery, in the order given. (Middleware added to
+	// the returned server later runs outside them, unprotected.)
+	Middleware []sdk.Middleware
 }
 
 // NewServer returns an MCP server that serves every tool registered in p.
@@ -40,8 +44,14 @@ func NewServer(p *pipeline.Pipeline, opts Options) *sdk.Server {
 	}
 	srv := sdk.NewServer(&sdk.Implementation{Name: opts.Name, Version: opts.Version}, &sdk.ServerOptions{
 		Logger: slog.New(sdkLog{opts.Logger.Handler()}),
+		// The tools never change while the server runs, so clients are
+		// told no list changes come (and none subscribes to them).
+		Capabilities: &sdk.ServerCapabilities{
+			Logging: &sdk.LoggingCapabilities{},
+			Tools:   &sdk.ToolCapabilities{ListChanged: false},
+		},
 	})
-	srv.AddReceivingMiddleware(guard(opts.Logger), checkLogLevel)
+	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered}, opts.Middleware...)...)
 	for _, t := range p.Tools() {
 		srv.AddTool(toolOf(t), handler(p, opts.Caller))
 	}
@@ -151,6 +161,27 @@ func checkLogLevel(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 		if p, ok := req.GetParams().(*sdk.SetLoggingLevelParams); ok && method == "logging/setLevel" && !logLevels[p.Level] {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Invalid params."}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// Unoffered are the MCP methods of features writerd does not offer:
+// prompts, resources, completion, and the subscription stream (the tools
+// never change). The SDK would answer some of them with empty lists though
+// the capabilities declare none; they are answered "Method not found."
+var Unoffered = map[string]bool{
+	"prompts/list": true, "prompts/get": true,
+	"resources/list": true, "resources/read": true, "resources/templates/list": true,
+	"resources/subscribe": true, "resources/unsubscribe": true,
+	"completion/complete": true, "subscriptions/listen": true,
+}
+
+// refuseUnoffered answers a call of a method writerd does not offer.
+func refuseUnoffered(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if Unoffered[method] {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found."}
 		}
 		return next(ctx, method, req)
 	}

@@ -131,11 +131,19 @@ func sameJSON(a, b []byte) bool {
 // method), never its text, goes to the log with the request id the client
 // saw, and leaves the server serving.
 func TestRecoverPanics(t *testing.T) {
-	s := MustServe(t, func(srv *sdk.Server) {
+	// A method handler that panics on ping, inside the server's own
+	// middleware.
+	panicOnPing := func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			if method == "ping" {
+				panic("secret")
+			}
+			return next(ctx, method, req)
+		}
+	}
+	s := MustServeMiddleware(t, []sdk.Middleware{panicOnPing}, func(srv *sdk.Server) {
 		srv.AddTool(&sdk.Tool{Name: "boom", InputSchema: map[string]any{"type": "object"}},
 			func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { panic("secret") })
-		srv.AddPrompt(&sdk.Prompt{Name: "boom"},
-			func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) { panic("secret") })
 	})
 
 	w := s.Call("boom", `{}`)
@@ -145,10 +153,10 @@ func TestRecoverPanics(t *testing.T) {
 	}
 	MustSucceed(t, s.Call("create_project", `{"idempotency_key":"`+key(1)+`","name":"alpha"}`), mcp.MetaAuditID)
 
-	_, err := s.session.GetPrompt(context.Background(), &sdk.GetPromptParams{Name: "boom"})
+	err := s.session.Ping(context.Background(), nil)
 	var rpc *jsonrpc.Error
 	if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInternalError || rpc.Message != pipeline.InternalMessage {
-		t.Errorf("prompts/get: err = %#v, want JSON-RPC internal error %q", err, pipeline.InternalMessage)
+		t.Errorf("ping: err = %#v, want JSON-RPC internal error %q", err, pipeline.InternalMessage)
 	}
 	MustSucceed(t, s.Call("create_project", `{"idempotency_key":"`+key(2)+`","name":"beta"}`), mcp.MetaAuditID)
 

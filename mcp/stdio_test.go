@@ -170,8 +170,8 @@ func TestStdio_ErrorsEchoNothing(t *testing.T) {
 		{"unknown method", `{"jsonrpc":"2.0","id":2,"method":"` + m + `"}`, -32601, "Method not found."},
 		{"unknown tool", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"` + m + `","arguments":{}}}`, -32602, "Invalid params."},
 		{"malformed params", `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":5,"arguments":{"` + m + `":"` + m + `"}}}`, -32602, "Invalid params."},
-		{"unknown prompt", `{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"name":"` + m + `"}}`, -32602, "Invalid params."},
-		{"unknown resource", `{"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"file:///` + m + `"}}`, -32602, "Invalid params."},
+		{"unknown prompt", `{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"name":"` + m + `"}}`, -32601, "Method not found."},
+		{"unknown resource", `{"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"file:///` + m + `"}}`, -32601, "Method not found."},
 		{"unknown log level", `{"jsonrpc":"2.0","id":7,"method":"logging/setLevel","params":{"level":"` + m + `"}}`, -32602, "Invalid params."},
 		{"bad protocol version", `{"jsonrpc":"2.0","id":8,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"` + m + `"}}}`, 0, ""},
 	}
