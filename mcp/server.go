@@ -31,6 +31,9 @@ type Options struct {
 	Version string
 	Logger  *slog.Logger // required
 	Caller  CallerFunc   // required
+	// MinProtocol, if set, is the oldest protocol version served, e.g.
+	// "2025-06-18"; the newest is the SDK's.
+	MinProtocol string
 	// Middleware run inside writerd's own, after the request id is set and
 	// under its panic recovery, in the order given. (Middleware added to
 	// the returned server later runs outside them, unprotected.)
@@ -43,7 +46,8 @@ func NewServer(p *pipeline.Pipeline, opts Options) *sdk.Server {
 		opts.Name = "writerd"
 	}
 	srv := sdk.NewServer(&sdk.Implementation{Name: opts.Name, Version: opts.Version}, &sdk.ServerOptions{
-		Logger: slog.New(sdkLog{opts.Logger.Handler()}),
+		Logger:                    slog.New(sdkLog{opts.Logger.Handler()}),
+		SupportedProtocolVersions: protocolsFrom(opts.MinProtocol),
 		// The tools never change while the server runs, so clients are
 		// told no list changes come (and none subscribes to them).
 		Capabilities: &sdk.ServerCapabilities{
@@ -56,6 +60,21 @@ func NewServer(p *pipeline.Pipeline, opts Options) *sdk.Server {
 		srv.AddTool(toolOf(t), handler(p, opts.Caller))
 	}
 	return srv
+}
+
+// protocolsFrom returns the SDK's protocol versions from min on (dates
+// compare as strings), or nil for all of them.
+func protocolsFrom(min string) []string {
+	if min == "" {
+		return nil
+	}
+	var vs []string
+	for _, v := range sdk.SupportedProtocolVersions() {
+		if v >= min {
+			vs = append(vs, v)
+		}
+	}
+	return vs
 }
 
 func toolOf(t *pipeline.Tool) *sdk.Tool {

@@ -380,6 +380,11 @@ func TestHTTP_EdgeAndHostileFrames(t *testing.T) {
 			t.Errorf("frame %q answered %d %s", frame, r.status, r.body)
 		}
 	}
+	// Protocol versions before 2025-06-18 are not served over HTTP.
+	r = d.Do("POST", "/mcp", `{"jsonrpc":"2.0","id":"old","method":"ping"}`, append(mcpHeaders, "MCP-Protocol-Version", "2025-03-26")...)
+	if r.status != 400 || !strings.Contains(r.body, `"id":"old","error"`) {
+		t.Errorf("protocol 2025-03-26: %d %s, want 400", r.status, r.body)
+	}
 	r = d.Do("POST", "/mcp", `{"jsonrpc":"2.0","id":"ping-1","method":"ping"}`, mcpHeaders...)
 	if r.status != 200 || !strings.HasPrefix(r.body, `{"jsonrpc":"2.0","id":"ping-1","result":`) {
 		t.Fatalf("the server no longer answers: %d %s", r.status, r.body)

@@ -329,7 +329,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 // set.
 func (c *ServeCommand) httpServer(log *slog.Logger, p *pipeline.Pipeline, store *boltdb.Pending, authn *authenticator, reg *prometheus.Registry, m *metrics.Metrics) *http.Server {
 	mcpSrv := mcp.NewServer(p, mcp.Options{
-		Version: version(), Logger: log,
+		Version: version(), Logger: log, MinProtocol: "2025-06-18",
 		Caller: func(ctx context.Context, _ *sdk.CallToolRequest) pipeline.Caller {
 			caller, _ := authn.caller(ctx)
 			caller.Transport = pipeline.TransportHTTP
