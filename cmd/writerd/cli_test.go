@@ -70,6 +70,36 @@ func mustNotFault(t testing.TB, stderr string) {
 	}
 }
 
+// mustFollowUsage checks a run against the command line's conventions: it
+// exited with code; help (code 0) went to stdout, a usage error to stderr,
+// beginning with the sentence firstLine; the other stream is empty; of the
+// usages, whose first lines are given, only usage was printed, once.
+func mustFollowUsage(t testing.TB, r ran, code int, usage, firstLine string, usages ...string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
+	printed, silent := r.stdout, r.stderr
+	if code != 0 {
+		printed, silent = r.stderr, r.stdout
+		if first, _, _ := strings.Cut(r.stderr, "\n"); first != firstLine {
+			t.Errorf("stderr begins %q, want %q", first, firstLine)
+		}
+	}
+	if silent != "" {
+		t.Errorf("the other stream holds %q, want nothing", silent)
+	}
+	for _, line := range usages {
+		want := 0
+		if line == usage {
+			want = 1
+		}
+		if n := strings.Count(printed, line); n != want {
+			t.Errorf("%q printed %d times, want %d:\n%s", line, n, want, printed)
+		}
+	}
+}
+
 // The first line of each usage text, by which a test counts how often a
 // usage was printed.
 const (
@@ -130,28 +160,7 @@ func TestCLI_HelpAndUsageErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := mustRunWith(t, runConfig{env: tt.env}, tt.args...)
-			if r.code != tt.code {
-				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, tt.code, r.stdout, r.stderr)
-			}
-			printed, silent := r.stdout, r.stderr
-			if tt.code != 0 {
-				printed, silent = r.stderr, r.stdout
-				if first, _, _ := strings.Cut(r.stderr, "\n"); first != tt.stderr {
-					t.Errorf("stderr begins %q, want %q", first, tt.stderr)
-				}
-			}
-			if silent != "" {
-				t.Errorf("the other stream holds %q, want nothing", silent)
-			}
-			for _, line := range []string{mainUsageLine, serveUsageLine, checkUsageLine, versionUsageLine} {
-				want := 0
-				if line == tt.usage {
-					want = 1
-				}
-				if n := strings.Count(printed, line); n != want {
-					t.Errorf("%q printed %d times, want %d:\n%s", line, n, want, printed)
-				}
-			}
+			mustFollowUsage(t, r, tt.code, tt.usage, tt.stderr, mainUsageLine, serveUsageLine, checkUsageLine, versionUsageLine)
 		})
 	}
 }

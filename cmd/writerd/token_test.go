@@ -178,28 +178,7 @@ func TestToken_HelpAndUsageErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := mustRunWith(t, runConfig{env: tt.env}, tt.args...)
-			if r.code != tt.code {
-				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, tt.code, r.stdout, r.stderr)
-			}
-			printed, silent := r.stdout, r.stderr
-			if tt.code != 0 {
-				printed, silent = r.stderr, r.stdout
-				if first, _, _ := strings.Cut(r.stderr, "\n"); first != tt.stderr {
-					t.Errorf("stderr begins %q, want %q", first, tt.stderr)
-				}
-			}
-			if silent != "" {
-				t.Errorf("the other stream holds %q, want nothing", silent)
-			}
-			for _, line := range usages {
-				want := 0
-				if line == tt.usage {
-					want = 1
-				}
-				if n := strings.Count(printed, line); n != want {
-					t.Errorf("%q printed %d times, want %d:\n%s", line, n, want, printed)
-				}
-			}
+			mustFollowUsage(t, r, tt.code, tt.usage, tt.stderr, usages...)
 			if _, err := os.Stat(file); err == nil {
 				t.Fatal("a usage error made the tokens file")
 			}
