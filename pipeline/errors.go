@@ -96,6 +96,12 @@ type Error struct {
 	// Preview is set on CONFIRMATION_REQUIRED: what the confirmed call
 	// would do.
 	Preview any
+	// Detail is public, structured data about a fault, rendered as the
+	// envelope's "detail": what a handler can truthfully add to an
+	// INTERNAL or UNAVAILABLE whose message is fixed (delete_records: that
+	// nothing was deleted, and where it stopped). It must hold nothing
+	// private. Public drops it from every other code.
+	Detail any
 	// Err is the private cause, for logs only.
 	Err error
 
@@ -120,8 +126,9 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) Status() int { return e.Code.Status() }
 
 // Public turns any error into one a client may see. An *Error in the chain
-// is returned as it is; anything else is INTERNAL with the fixed message and
-// the original kept as the private cause.
+// is returned as it is (without its Detail unless it is INTERNAL or
+// UNAVAILABLE); anything else is INTERNAL with the fixed message and the
+// original kept as the private cause.
 func Public(err error) *Error {
 	if err == nil {
 		return nil
@@ -129,6 +136,11 @@ func Public(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		if _, ok := catalogue[e.Code]; ok && (e.Code != Internal || e.Message == InternalMessage) {
+			if e.Detail != nil && e.Code != Internal && e.Code != Unavailable {
+				kept := *e
+				kept.Detail = nil
+				return &kept
+			}
 			return e
 		}
 	}
@@ -155,4 +167,5 @@ type envelopeBody struct {
 	Retry     Retry  `json:"retry"`
 	RequestID string `json:"request_id"`
 	Preview   any    `json:"preview,omitempty"`
+	Detail    any    `json:"detail,omitempty"`
 }

@@ -31,15 +31,15 @@ type Result struct {
 }
 
 // ErrorJSON renders r.Err as the error envelope of docs/DESIGN.md section 3:
-// {"error":{"code","message","status","retry","request_id"[,"preview"]}}.
+// {"error":{"code","message","status","retry","request_id"[,"preview"][,"detail"]}}.
 func (r *Result) ErrorJSON() []byte {
 	e := r.Err
 	b, err := json.Marshal(envelope{Error: envelopeBody{
 		Code: e.Code, Message: e.Message, Status: e.Status(),
-		Retry: e.Retry, RequestID: r.RequestID, Preview: e.Preview,
+		Retry: e.Retry, RequestID: r.RequestID, Preview: e.Preview, Detail: e.Detail,
 	}})
 	if err != nil {
-		// Only a preview could fail to marshal; answer without it.
+		// Only a preview or a detail could fail to marshal; answer without.
 		b, _ = json.Marshal(envelope{Error: envelopeBody{
 			Code: Internal, Message: InternalMessage, Status: Internal.Status(),
 			Retry: RetrySameKey, RequestID: r.RequestID,
