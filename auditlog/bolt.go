@@ -1,132 +1,306 @@
 package auditlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/mod/sumdb/tlog"
 )
 
+// The buckets. The audit log only appends, so both are filled to the brim
+// (FillPercent 1): bbolt's default of one half would leave each page half
+// empty for inserts that never come.
 var (
-	eventsBucket = []byte("audit_events") // seq (8 bytes, big endian) → canonical event
-	idsBucket    = []byte("audit_ids")    // ULID string → seq
+	// eventsBucket maps seq (8 bytes, big endian) to the event's value: the
+	// tree hashes its append stored (section tree.go), then its canonical
+	// JSON, the leaf of the Merkle tree.
+	eventsBucket = []byte("audit_events")
+	// checkpointsBucket maps a tree size (8 bytes, big endian) to the signed
+	// checkpoint of the tree of that size.
+	checkpointsBucket = []byte("audit_checkpoints")
+	// legacyIDsBucket is the id index of the format before the tree; Init
+	// converts a log of that format and drops it.
+	legacyIDsBucket = []byte("audit_ids")
 )
 
 // ErrTx is returned when a method is given a transaction of another backend.
 var ErrTx = errors.New("auditlog: not a bbolt transaction")
 
-// ErrNotFound is returned by Get and ByID for an event that does not exist.
+// ErrNotFound is returned by Get and ByID for an event that does not exist,
+// and by Checkpoint for a tree size that has none.
 var ErrNotFound = errors.New("auditlog: no such event")
 
 // Bolt is the audit log on bbolt. Its methods take the caller's transaction
 // (a *bbolt.Tx, typed any so that the pipeline stays free of bbolt).
 type Bolt struct{}
 
-// Init creates the buckets; call it once in a writable transaction.
+// Init creates the buckets; call it once in a writable transaction. A log
+// written before events carried their tree hashes is converted in place.
 func (Bolt) Init(tx any) error {
 	btx, ok := tx.(*bolt.Tx)
 	if !ok {
 		return ErrTx
 	}
-	for _, name := range [][]byte{eventsBucket, idsBucket} {
+	for _, name := range [][]byte{eventsBucket, checkpointsBucket} {
 		if _, err := btx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	if btx.Bucket(legacyIDsBucket) != nil {
+		return convertLegacy(btx)
+	}
+	return nil
+}
+
+func txOf(tx any) (*bolt.Tx, error) {
+	btx, ok := tx.(*bolt.Tx)
+	if !ok {
+		return nil, ErrTx
+	}
+	return btx, nil
+}
+
+func eventsOf(tx any) (*bolt.Bucket, error) {
+	btx, err := txOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	b := btx.Bucket(eventsBucket)
+	if b == nil {
+		return nil, errors.New("auditlog: buckets missing")
+	}
+	b.FillPercent = 1
+	return b, nil
+}
+
+func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+// Append assigns e its sequence number and id, stores it and the tree
+// hashes it adds, as part of tx: it exists exactly when tx commits.
+//
+// Its time is made no earlier than the previous event's, and its ULID
+// greater than the previous event's, so that both follow the sequence
+// whatever the clock did (across restarts too); ByID relies on the order.
+func (Bolt) Append(tx any, e *Event) error {
+	b, err := eventsOf(tx)
+	if err != nil {
+		return err
+	}
+	if k, last := b.Cursor().Last(); last != nil {
+		prev, err := decode(canonicalOf(int(binary.BigEndian.Uint64(k)), last))
+		if err != nil {
+			return err
+		}
+		if e.Time.Before(prev.Time) {
+			e.Time = prev.Time
+		}
+		e.ID, err = nextID(e.Time, prev.ID)
+		if err != nil {
+			return err
+		}
+	} else if e.ID, err = nextID(e.Time, ""); err != nil {
+		return err
+	}
+	seq, err := b.NextSequence()
+	if err != nil {
+		return fmt.Errorf("auditlog: next sequence: %w", err)
+	}
+	e.Seq = seq
+	c, err := e.canonical()
+	if err != nil {
+		return err
+	}
+	hashes, err := tlog.StoredHashes(int64(seq-1), c, hashReader{b})
+	if err != nil {
+		return fmt.Errorf("auditlog: tree hashes: %w", err)
+	}
+	v := make([]byte, 0, len(hashes)*tlog.HashSize+len(c))
+	for _, h := range hashes {
+		v = append(v, h[:]...)
+	}
+	return b.Put(seqKey(seq), append(v, c...))
+}
+
+// nextID returns a ULID of the time t greater than prev (if any).
+func nextID(t time.Time, prev string) (string, error) {
+	id, err := ulid.New(ulid.Timestamp(t), ulid.DefaultEntropy())
+	if err != nil {
+		return "", fmt.Errorf("auditlog: new id: %w", err)
+	}
+	if prev != "" {
+		p, err := ulid.ParseStrict(prev)
+		if err != nil {
+			return "", fmt.Errorf("auditlog: previous id: %w", err)
+		}
+		if id.Compare(p) <= 0 {
+			id = increment(p)
+		}
+	}
+	return id.String(), nil
+}
+
+// increment returns the ULID after u, as a 128-bit number.
+func increment(u ulid.ULID) ulid.ULID {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]++
+		if u[i] != 0 {
+			break
+		}
+	}
+	return u
+}
+
+// Size returns the number of events, which is the size of the tree.
+func (Bolt) Size(tx any) (uint64, error) {
+	b, err := eventsOf(tx)
+	if err != nil {
+		return 0, err
+	}
+	k, _ := b.Cursor().Last()
+	if k == nil {
+		return 0, nil
+	}
+	return binary.BigEndian.Uint64(k), nil
+}
+
+// Get returns the event with sequence number seq, or ErrNotFound.
+func (Bolt) Get(tx any, seq uint64) (*Event, error) {
+	b, err := eventsOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	v := b.Get(seqKey(seq))
+	if v == nil {
+		return nil, ErrNotFound
+	}
+	return decode(canonicalOf(int(seq), v))
+}
+
+// ByID returns the event with the given ULID, or ErrNotFound. Ids grow with
+// sequence numbers, so it is a binary search.
+func (l Bolt) ByID(tx any, id string) (*Event, error) {
+	b, err := eventsOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ulid.ParseStrict(id); err != nil {
+		return nil, ErrNotFound
+	}
+	size, err := l.Size(tx)
+	if err != nil {
+		return nil, err
+	}
+	var found *Event
+	var failed error
+	i := sort.Search(int(size), func(i int) bool {
+		if failed != nil {
+			return true
+		}
+		e, err := decode(canonicalOf(i+1, b.Get(seqKey(uint64(i+1)))))
+		if err != nil {
+			failed = err
+			return true
+		}
+		if e.ID == id {
+			found = e
+		}
+		return e.ID >= id
+	})
+	switch {
+	case failed != nil:
+		return nil, failed
+	case found != nil:
+		return found, nil
+	case i < int(size):
+		if e, err := l.Get(tx, uint64(i+1)); err == nil && e.ID == id {
+			return e, nil
+		}
+	}
+	return nil, ErrNotFound
+}
+
+// Raw calls fn with each event's sequence number and canonical bytes (the
+// leaf of the tree), in sequence order, stopping at the first error fn
+// returns. The bytes are valid only during fn.
+func (Bolt) Raw(tx any, fn func(seq uint64, canonical []byte) error) error {
+	return rawFrom(tx, 1, fn)
+}
+
+// rawFrom is Raw from the sequence number from on.
+func rawFrom(tx any, from uint64, fn func(seq uint64, canonical []byte) error) error {
+	b, err := eventsOf(tx)
+	if err != nil {
+		return err
+	}
+	c := b.Cursor()
+	for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
+		seq := binary.BigEndian.Uint64(k)
+		if err := fn(seq, canonicalOf(int(seq), v)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func buckets(tx any) (events, ids *bolt.Bucket, err error) {
-	btx, ok := tx.(*bolt.Tx)
-	if !ok {
-		return nil, nil, ErrTx
-	}
-	events, ids = btx.Bucket(eventsBucket), btx.Bucket(idsBucket)
-	if events == nil || ids == nil {
-		return nil, nil, errors.New("auditlog: buckets missing")
-	}
-	return events, ids, nil
-}
-
-func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
-
-// Append assigns e its sequence number and id and stores it. The event is
-// part of tx: it exists exactly when tx commits.
-func (Bolt) Append(tx any, e *Event) error {
-	events, ids, err := buckets(tx)
+// Stored calls fn with each event's sequence number and its whole stored
+// value, tree hashes included, in sequence order: what a verifier checks.
+func (Bolt) Stored(tx any, fn func(seq uint64, value []byte) error) error {
+	b, err := eventsOf(tx)
 	if err != nil {
 		return err
 	}
-	seq, err := events.NextSequence()
-	if err != nil {
-		return fmt.Errorf("auditlog: next sequence: %w", err)
-	}
-	id, err := ulid.New(ulid.Timestamp(e.Time), ulid.DefaultEntropy())
-	if err != nil {
-		return fmt.Errorf("auditlog: new id: %w", err)
-	}
-	e.Seq, e.ID = seq, id.String()
-	b, err := e.canonical()
-	if err != nil {
-		return err
-	}
-	if err := events.Put(seqKey(seq), b); err != nil {
-		return err
-	}
-	return ids.Put([]byte(e.ID), seqKey(seq))
-}
-
-// Get returns the event with sequence number seq, or ErrNotFound.
-func (Bolt) Get(tx any, seq uint64) (*Event, error) {
-	events, _, err := buckets(tx)
-	if err != nil {
-		return nil, err
-	}
-	b := events.Get(seqKey(seq))
-	if b == nil {
-		return nil, ErrNotFound
-	}
-	return decode(b)
-}
-
-// ByID returns the event with the given ULID, or ErrNotFound.
-func (l Bolt) ByID(tx any, id string) (*Event, error) {
-	events, ids, err := buckets(tx)
-	if err != nil {
-		return nil, err
-	}
-	k := ids.Get([]byte(id))
-	if k == nil {
-		return nil, ErrNotFound
-	}
-	b := events.Get(k)
-	if b == nil {
-		return nil, fmt.Errorf("auditlog: id %s points at a missing event", id)
-	}
-	return decode(b)
-}
-
-// Raw calls fn with each event's sequence number and stored bytes, in
-// sequence order, stopping at the first error fn returns.
-func (Bolt) Raw(tx any, fn func(seq uint64, stored []byte) error) error {
-	events, _, err := buckets(tx)
-	if err != nil {
-		return err
-	}
-	return events.ForEach(func(k, v []byte) error {
-		return fn(binary.BigEndian.Uint64(k), v)
-	})
+	return b.ForEach(func(k, v []byte) error { return fn(binary.BigEndian.Uint64(k), v) })
 }
 
 // ForEach calls fn with each event in sequence order.
 func (l Bolt) ForEach(tx any, fn func(*Event) error) error {
-	return l.Raw(tx, func(_ uint64, stored []byte) error {
-		e, err := decode(stored)
+	return l.Raw(tx, func(_ uint64, c []byte) error {
+		e, err := decode(c)
 		if err != nil {
 			return err
 		}
 		return fn(e)
 	})
+}
+
+// convertLegacy rewrites a log of the format before the tree (seq →
+// canonical JSON, and an id index) into the current one, computing the
+// tree hashes of every event, and drops the index. The canonical bytes,
+// the leaves, are unchanged.
+func convertLegacy(tx *bolt.Tx) error {
+	b := tx.Bucket(eventsBucket)
+	b.FillPercent = 1
+	var seqs []uint64
+	var values [][]byte
+	err := b.ForEach(func(k, v []byte) error {
+		seqs = append(seqs, binary.BigEndian.Uint64(k))
+		values = append(values, bytes.Clone(v))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, seq := range seqs {
+		if seq != uint64(i+1) {
+			return fmt.Errorf("auditlog: convert: event %d where %d was due", seq, i+1)
+		}
+		hashes, err := tlog.StoredHashes(int64(i), values[i], hashReader{b})
+		if err != nil {
+			return err
+		}
+		v := make([]byte, 0, len(hashes)*tlog.HashSize+len(values[i]))
+		for _, h := range hashes {
+			v = append(v, h[:]...)
+		}
+		if err := b.Put(seqKey(seq), append(v, values[i]...)); err != nil {
+			return err
+		}
+	}
+	return tx.DeleteBucket(legacyIDsBucket)
 }

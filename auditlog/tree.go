@@ -1,0 +1,199 @@
+package auditlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// The Merkle tree (RFC 6962 hashing, as golang.org/x/mod/sumdb/tlog
+// computes it) has one leaf per event: its canonical JSON. Record n of the
+// tree (from 0) is the event of sequence number n+1.
+//
+// The hashes tlog stores for a tree (tlog.StoredHashes: the leaf's hash,
+// then the hash of every subtree the leaf completes) are kept in front of
+// the event that adds them, in its value, rather than under keys of their
+// own: the event's key and bbolt's element header are shared, which keeps
+// the log within 1.3 times its events' canonical bytes. How many hashes an
+// event carries follows from its sequence number alone (hashCount), and the
+// stored hash of any index is found in the event that completed its
+// subtree (readHash).
+
+// hashCount is how many stored hashes the event of sequence number seq
+// carries.
+func hashCount(seq int) int {
+	n := int64(seq)
+	return int(tlog.StoredHashCount(n) - tlog.StoredHashCount(n-1))
+}
+
+// canonicalOf returns the canonical JSON in an event's stored value.
+func canonicalOf(seq int, v []byte) []byte {
+	skip := hashCount(seq) * tlog.HashSize
+	if len(v) < skip {
+		return nil // decode refuses it
+	}
+	return v[skip:]
+}
+
+// storedHashes returns the tree hashes in an event's stored value.
+func storedHashes(seq int, v []byte) ([]tlog.Hash, error) {
+	n := hashCount(seq)
+	if len(v) < n*tlog.HashSize {
+		return nil, fmt.Errorf("auditlog: event %d is shorter than its tree hashes", seq)
+	}
+	hs := make([]tlog.Hash, n)
+	for i := range hs {
+		copy(hs[i][:], v[i*tlog.HashSize:])
+	}
+	return hs, nil
+}
+
+// hashReader reads stored hashes out of the events bucket.
+type hashReader struct{ b *bolt.Bucket }
+
+func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, index := range indexes {
+		level, n := tlog.SplitStoredHashIndex(index)
+		// The hash of level L covering records [n<<L, (n+1)<<L) is stored
+		// by the append of the subtree's last record, L-th in its list.
+		seq := uint64((n+1)<<level) // the last record's index + 1
+		v := r.b.Get(seqKey(seq))
+		if v == nil {
+			return nil, fmt.Errorf("auditlog: tree hash %d: event %d is missing", index, seq)
+		}
+		hs, err := storedHashes(int(seq), v)
+		if err != nil {
+			return nil, err
+		}
+		if level >= len(hs) {
+			return nil, fmt.Errorf("auditlog: tree hash %d: event %d has %d hashes", index, seq, len(hs))
+		}
+		out[i] = hs[level]
+	}
+	return out, nil
+}
+
+// TreeHash returns the root hash of the tree of the first size events.
+func (Bolt) TreeHash(tx any, size uint64) (tlog.Hash, error) {
+	b, err := eventsOf(tx)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	if size == 0 {
+		return tlog.TreeHash(0, hashReader{b})
+	}
+	if b.Get(seqKey(size)) == nil {
+		return tlog.Hash{}, ErrNotFound
+	}
+	return tlog.TreeHash(int64(size), hashReader{b})
+}
+
+// InclusionProof proves that the event of sequence number seq is a leaf of
+// the tree of size events (tlog.CheckRecord checks it).
+func (Bolt) InclusionProof(tx any, size, seq uint64) (tlog.RecordProof, error) {
+	b, err := eventsOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	if seq == 0 || seq > size || b.Get(seqKey(size)) == nil {
+		return nil, ErrNotFound
+	}
+	return tlog.ProveRecord(int64(size), int64(seq-1), hashReader{b})
+}
+
+// ConsistencyProof proves that the tree of size new extends the tree of
+// size old (tlog.CheckTree checks it).
+func (Bolt) ConsistencyProof(tx any, old, new uint64) (tlog.TreeProof, error) {
+	b, err := eventsOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	if old > new || b.Get(seqKey(new)) == nil && new != 0 {
+		return nil, ErrNotFound
+	}
+	return tlog.ProveTree(int64(new), int64(old), hashReader{b})
+}
+
+// PutCheckpoint stores the signed checkpoint of the tree of size events.
+func (Bolt) PutCheckpoint(tx any, size uint64, signed []byte) error {
+	b, err := checkpointsOf(tx)
+	if err != nil {
+		return err
+	}
+	return b.Put(seqKey(size), signed)
+}
+
+// Checkpoints calls fn with each stored checkpoint, by tree size, smallest
+// first. The bytes are valid only during fn.
+func (Bolt) Checkpoints(tx any, fn func(size uint64, signed []byte) error) error {
+	b, err := checkpointsOf(tx)
+	if err != nil {
+		return err
+	}
+	return b.ForEach(func(k, v []byte) error { return fn(binary.BigEndian.Uint64(k), v) })
+}
+
+// LatestCheckpoint returns the checkpoint of the largest tree, or
+// ErrNotFound if none was signed yet.
+func (Bolt) LatestCheckpoint(tx any) (size uint64, signed []byte, err error) {
+	b, err := checkpointsOf(tx)
+	if err != nil {
+		return 0, nil, err
+	}
+	k, v := b.Cursor().Last()
+	if k == nil {
+		return 0, nil, ErrNotFound
+	}
+	return binary.BigEndian.Uint64(k), append([]byte(nil), v...), nil
+}
+
+func checkpointsOf(tx any) (*bolt.Bucket, error) {
+	btx, err := txOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	b := btx.Bucket(checkpointsBucket)
+	if b == nil {
+		return nil, errors.New("auditlog: buckets missing")
+	}
+	b.FillPercent = 1
+	return b, nil
+}
+
+// Stream yields the stored events for Verify, each with the leaf hash
+// written when it was appended.
+func (Bolt) Stream(tx any) Stream {
+	return func(yield func(seq uint64, canonical []byte, leaf *tlog.Hash) bool) error {
+		b, err := eventsOf(tx)
+		if err != nil {
+			return err
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			seq := int(binary.BigEndian.Uint64(k))
+			var leaf *tlog.Hash
+			if len(v) >= tlog.HashSize {
+				h := tlog.Hash(v[:tlog.HashSize])
+				leaf = &h
+			}
+			if !yield(uint64(seq), canonicalOf(seq, v), leaf) {
+				return nil
+			}
+		}
+		return nil
+	}
+}
+
+// SignedCheckpoints returns every stored checkpoint, smallest tree first.
+func (l Bolt) SignedCheckpoints(tx any) ([][]byte, error) {
+	var out [][]byte
+	err := l.Checkpoints(tx, func(_ uint64, signed []byte) error {
+		out = append(out, append([]byte(nil), signed...))
+		return nil
+	})
+	return out, err
+}
