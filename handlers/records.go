@@ -74,12 +74,9 @@ func (h *handler) updateRecord(_ context.Context, op *pipeline.Op, in *UpdateRec
 }
 
 func (h *handler) deleteRecord(_ context.Context, op *pipeline.Op, in *DeleteRecordInput) (*DeletedResult, error) {
-	r, err := h.deletableRecord(op, in)
+	r, err := h.removeRecord(op.Tx, in.RecordRef, in.ExpectedRevision)
 	if err != nil {
-		return nil, err
-	}
-	if err := h.s.DeleteRecord(op.Tx, r.ProjectID, r.ID); err != nil {
-		return nil, err
+		return nil, refuseRecord(op, in.RecordID, r, err)
 	}
 	touch(op, r)
 	return &DeletedResult{Deleted: Deleted{ID: r.ID, Revision: r.Revision}}, nil
@@ -88,29 +85,57 @@ func (h *handler) deleteRecord(_ context.Context, op *pipeline.Op, in *DeleteRec
 // previewRecord shows the record an unconfirmed delete_record would
 // delete, or answers the refusal the confirmed call would meet.
 func (h *handler) previewRecord(_ context.Context, op *pipeline.Op, in *DeleteRecordInput) (any, error) {
-	r, err := h.deletableRecord(op, in)
+	r, err := h.deletableRecord(op.Tx, in.RecordRef, in.ExpectedRevision)
 	if err != nil {
-		return nil, err
+		return nil, refuseRecord(op, in.RecordID, r, err)
 	}
 	return &RecordResult{Record: r}, nil
 }
 
-// deletableRecord loads the record a delete_record call names and refuses
-// it as the deletion would be refused: NOT_FOUND, REVISION_CONFLICT or
-// RECORD_LOCKED. The confirmed call and its preview both go through it, so
-// that a preview never invites a confirmation that would fail.
-func (h *handler) deletableRecord(op *pipeline.Op, in *DeleteRecordInput) (*Record, error) {
-	r, err := h.record(op, in.RecordRef)
+// removeRecord is the one code path of a record's deletion, for
+// delete_record and each record of delete_records: it deletes the record
+// ref names if deletableRecord lets it. It returns the record whenever it
+// could load it, a refused one too.
+func (h *handler) removeRecord(tx pipeline.Tx, ref RecordRef, expected *int64) (*Record, error) {
+	r, err := h.deletableRecord(tx, ref, expected)
+	if err != nil {
+		return r, err
+	}
+	if err := h.s.DeleteRecord(tx, r.ProjectID, r.ID); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// deletableRecord loads the record ref names and refuses it as its
+// deletion would be refused: NOT_FOUND, REVISION_CONFLICT (if expected is
+// given) or RECORD_LOCKED. The confirmed calls and their previews all go
+// through it, so that a preview never invites a confirmation that would
+// fail. It returns the record whenever it could load it, a refused one
+// too, and names nothing in the audit event: its callers do.
+func (h *handler) deletableRecord(tx pipeline.Tx, ref RecordRef, expected *int64) (*Record, error) {
+	r, err := h.s.Record(tx, ref.ProjectID, ref.RecordID)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRevision(op, r, in.ExpectedRevision); err != nil {
-		return nil, err
+	if err := staleRevision(r, expected); err != nil {
+		return r, err
 	}
 	if r.Locked {
-		return nil, refuse(op, r, recordLocked())
+		return r, recordLocked()
 	}
 	return r, nil
+}
+
+// refuseRecord names the record a failed deletion is about in the audit
+// event, as loaded, or by the id sought at revision 0 if it could not be
+// loaded, and returns err.
+func refuseRecord(op *pipeline.Op, id string, r *Record, err error) error {
+	if r != nil {
+		return refuse(op, r, err)
+	}
+	op.Touch(kindRecord, id, 0)
+	return err
 }
 
 func (h *handler) listRecords(_ context.Context, op *pipeline.Op, in *ListRecordsInput) (*RecordList, error) {

@@ -130,12 +130,13 @@ func checkLabels(labels []string) error {
 	return nil
 }
 
-// checkFields applies checkText to the string values of fields. The
-// message does not name the member, whose name the caller chose.
-func checkFields(f Fields) error {
+// checkFields applies checkText to the string values of the fields at the
+// JSON Pointer at. The message does not name the member, whose name the
+// caller chose.
+func checkFields(at string, f Fields) error {
 	for _, v := range f {
 		if s, ok := v.(string); ok && strings.IndexByte(s, 0) >= 0 {
-			return pipeline.Invalid("nul", "Argument /fields has a string value that holds the character NUL, U+0000 (nul).")
+			return pipeline.Invalid("nul", "Argument %s has a string value that holds the character NUL, U+0000 (nul).", at)
 		}
 	}
 	return nil
@@ -183,7 +184,7 @@ func (in *CreateRecordInput) Validate() error {
 	return firstError(
 		checkLine("/title", in.Title),
 		checkText("/body", in.Body),
-		checkFields(in.Fields),
+		checkFields("/fields", in.Fields),
 	)
 }
 
@@ -197,7 +198,7 @@ func (in *UpdateRecordInput) Validate() error {
 		errs = append(errs, checkText("/body", *in.Body))
 	}
 	if in.Fields != nil {
-		errs = append(errs, checkFields(*in.Fields))
+		errs = append(errs, checkFields("/fields", *in.Fields))
 	}
 	return firstError(errs...)
 }

@@ -104,11 +104,21 @@ func refuse(op *pipeline.Op, e entity, err error) error {
 	return err
 }
 
-// checkRevision refuses e if expected is given and is not e's revision.
+// checkRevision refuses e, named in the audit event, if expected is given
+// and is not e's revision.
 func checkRevision(op *pipeline.Op, e entity, expected *int64) error {
+	if err := staleRevision(e, expected); err != nil {
+		return refuse(op, e, err)
+	}
+	return nil
+}
+
+// staleRevision returns REVISION_CONFLICT if expected is given and is not
+// e's revision.
+func staleRevision(e entity, expected *int64) error {
 	kind, _, revision := e.target()
 	if expected != nil && *expected != revision {
-		return refuse(op, e, revisionConflict(kind))
+		return revisionConflict(kind)
 	}
 	return nil
 }
