@@ -106,14 +106,14 @@ func (Bolt) InclusionProof(tx any, size, seq uint64) (tlog.RecordProof, error) {
 }
 
 // ConsistencyProof proves that the tree of size new extends the tree of
-// size old (tlog.CheckTree checks it).
+// size old, 1 <= old <= new (tlog.CheckTree checks it).
 func (Bolt) ConsistencyProof(tx any, old, new uint64) (tlog.TreeProof, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return nil, err
 	}
-	if old > new || b.Get(seqKey(new)) == nil && new != 0 {
-		return nil, ErrNotFound
+	if old == 0 || old > new || b.Get(seqKey(new)) == nil {
+		return nil, ErrNotFound // every tree extends the empty one: nothing to prove
 	}
 	return tlog.ProveTree(int64(new), int64(old), hashReader{b})
 }

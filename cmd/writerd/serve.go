@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -50,6 +53,9 @@ type ServeCommand struct {
 	keyTTL     time.Duration
 	keyWait    time.Duration
 	logLevel   slog.Level
+	auditKey   string
+	cpEvery    uint64
+	cpInterval time.Duration
 }
 
 // defaultAddr is where serve listens when it serves HTTP and --addr is not
@@ -122,12 +128,18 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.DurationVar(&c.keyTTL, "key-ttl", pipeline.DefaultKeyTTL, "how long an idempotency key stays spent, a `duration`")
 	fs.DurationVar(&c.keyWait, "key-wait", pipeline.DefaultKeyWait, "how long a call waits for a running call with its key, a `duration`")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "the lowest `level` logged: debug, info, warn or error")
+	fs.StringVar(&c.auditKey, "audit-key", "", "the `file` of the key that signs audit checkpoints, created 0600 if missing (default <data>/"+auditKeyFile+")")
+	fs.Uint64Var(&c.cpEvery, "checkpoint-every", 1000, "sign an audit checkpoint after this many `events`")
+	fs.DurationVar(&c.cpInterval, "checkpoint-interval", time.Minute, "sign an audit checkpoint at least this often while events come, a `duration`")
+	fs.defaults["checkpoint-interval"] = shortDuration(time.Minute)
 	fs.defaults["key-ttl"] = shortDuration(pipeline.DefaultKeyTTL)
 	fs.defaults["key-wait"] = shortDuration(pipeline.DefaultKeyWait)
 	fs.defaults["log-level"] = strings.ToLower(slog.LevelInfo.String())
 	fs.takes("stdio", "true or false")
 	fs.takes("insecure-no-auth", "true or false")
 	fs.takes("max-body", "a whole number of bytes, such as 1048576")
+	fs.takes("checkpoint-every", "a whole number of events, such as 1000")
+	fs.takes("checkpoint-interval", "a duration such as 1m")
 	fs.takes("max-bytes", "a whole number of bytes, such as 131072")
 	fs.takes("max-depth", "a whole number of levels, such as 16")
 	fs.takes("key-ttl", "a duration such as 24h")
@@ -154,6 +166,10 @@ func (c *ServeCommand) parse(args []string) error {
 		return fs.fail("%s takes a positive duration such as 5s", fs.label("key-wait"))
 	case c.maxBody < 1:
 		return fs.fail("%s takes a positive number of bytes", fs.label("max-body"))
+	case c.cpEvery < 1:
+		return fs.fail("%s takes a positive number of events", fs.label("checkpoint-every"))
+	case c.cpInterval <= 0:
+		return fs.fail("%s takes a positive duration such as 1m", fs.label("checkpoint-interval"))
 	}
 	if !c.stdio && c.addr == "" {
 		c.addr = defaultAddr
@@ -177,9 +193,20 @@ func (c *ServeCommand) parse(args []string) error {
 			return err
 		}
 	}
-	c.dataDir, err = fs.dataDir(c.dataDir)
-	return err
+	if c.dataDir, err = fs.dataDir(c.dataDir); err != nil {
+		return err
+	}
+	if c.auditKey == "" {
+		c.auditKey = filepath.Join(c.dataDir, auditKeyFile)
+	} else if c.auditKey, err = fs.path("audit-key", c.auditKey); err != nil {
+		return err
+	}
+	return nil
 }
+
+// auditKeyFile is the default name of the audit signing key, beside the
+// database but never in it.
+const auditKeyFile = "audit-signing.key"
 
 // loopbackAddr reports whether a listen address is a loopback one:
 // localhost or a loopback IP, never the wildcard.
@@ -219,6 +246,11 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("the store cannot be opened: %w", err)
+	}
+	key, err := auditlog.LoadKey(c.auditKey, newLogOrigin(), true)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("serve: %w", err)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -260,12 +292,14 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		"auth", authn.describe(), "principal", c.principal,
 		"max_bytes", c.limits.MaxBytes, "max_depth", c.limits.MaxDepth, "max_body", c.maxBody,
 		"key_ttl", c.keyTTL.String(), "key_wait", c.keyWait.String(),
+		"audit_origin", key.Signer.Name(), "checkpoint_every", c.cpEvery, "checkpoint_interval", c.cpInterval.String(),
 		"tools", len(tools), "version", version())
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var background sync.WaitGroup
-	background.Go(func() { c.whenOpen(ctx, log, store, p) })
+	checkpointer := &auditlog.Checkpointer{Storage: store, Key: key, Every: c.cpEvery, Interval: c.cpInterval, Logger: log}
+	background.Go(func() { c.whenOpen(ctx, log, store, p, checkpointer) })
 
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
@@ -372,9 +406,10 @@ func listenAddr(ln net.Listener) string {
 }
 
 // whenOpen waits for the store to open, logging once that it waits and
-// once that it opened, then collects expired keys until ctx ends. While
+// once that it opened, then collects expired keys and signs audit
+// checkpoints until ctx ends, and a last checkpoint then. While
 // the store is held, nothing is collected, so nothing fails to be.
-func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *boltdb.Pending, p *pipeline.Pipeline) {
+func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *boltdb.Pending, p *pipeline.Pipeline, cp *auditlog.Checkpointer) {
 	waited := !store.IsOpen()
 	if waited {
 		log.Warn("store in use by another writerd process; answering tool calls UNAVAILABLE until it exits",
@@ -398,5 +433,16 @@ func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *bo
 	for _, w := range db.Warnings() {
 		log.Warn("store damaged", "damage", w, "advice", "run writerd check")
 	}
+	var signing sync.WaitGroup
+	signing.Go(func() { cp.Run(ctx) })
 	p.Run(ctx)
+	signing.Wait()
+}
+
+// newLogOrigin names a new audit log: the origin line of its checkpoints
+// and the name of its key, unique to it.
+func newLogOrigin() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "writerd/" + hex.EncodeToString(b)
 }
