@@ -60,7 +60,7 @@ func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 		level, n := tlog.SplitStoredHashIndex(index)
 		// The hash of level L covering records [n<<L, (n+1)<<L) is stored
 		// by the append of the subtree's last record, L-th in its list.
-		seq := uint64((n+1)<<level) // the last record's index + 1
+		seq := uint64((n + 1) << level) // the last record's index + 1
 		v := r.b.Get(seqKey(seq))
 		if v == nil {
 			return nil, fmt.Errorf("auditlog: tree hash %d: event %d is missing", index, seq)
