@@ -415,3 +415,41 @@ func TestInit_ConvertsTheFormatBeforeTheTree(t *testing.T) {
 		return nil
 	})
 }
+
+// Ensure an export verifies offline with its own header, from the start
+// and from a later event, and fails with one line edited.
+func TestExport_VerifiesOffline(t *testing.T) {
+	l := MustSignedLog(t, "writerd/test-log")
+	MustAppendN(t, l.db, 9)
+	l.sign()
+	MustAppendN(t, l.db, 2) // after the checkpoint: not exported
+	for _, from := range []uint64{1, 5} {
+		var buf bytes.Buffer
+		MustView(t, l.db, func(tx *bolt.Tx) error { return audit.Export(tx, &buf, from, l.key.VerifierKey) })
+		check := func(b []byte) *auditlog.Verification {
+			h, events, err := auditlog.ReadExport(bytes.NewReader(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, err := auditlog.ParseVerifierKey(h.VerifierKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := auditlog.Verify(auditlog.Input{Key: key, Checkpoints: [][]byte{[]byte(h.Checkpoint)}, Prefix: h.Prefix, Events: events})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		if v := check(buf.Bytes()); !v.OK() || v.Events != 9 || v.Checkpoints != 1 {
+			t.Fatalf("from %d: %+v", from, v)
+		}
+		if n := bytes.Count(buf.Bytes(), []byte("\n")); n != 1+int(10-from) {
+			t.Fatalf("from %d: %d lines", from, n)
+		}
+		edited := bytes.Replace(buf.Bytes(), []byte(`"k-00000007"`), []byte(`"k-00000070"`), 1)
+		if v := check(edited); v.OK() {
+			t.Fatalf("from %d: an edited export verified", from)
+		}
+	}
+}
