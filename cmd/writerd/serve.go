@@ -304,7 +304,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
 	if ln != nil {
-		httpSrv = c.httpServer(log, p, store, authn, reg, m)
+		httpSrv = c.httpServer(log, p, store, authn, reg, m, key)
 		go func() { httpDone <- httpSrv.Serve(ln) }()
 		if authn.tokens != nil {
 			background.Go(func() { authn.reloadOnHangup(ctx, log) })
@@ -361,7 +361,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 // httpServer builds the HTTP daemon: the edge and routes of package
 // httpapi, with MCP over Streamable HTTP, on a server with every timeout
 // set.
-func (c *ServeCommand) httpServer(log *slog.Logger, p *pipeline.Pipeline, store *boltdb.Pending, authn *authenticator, reg *prometheus.Registry, m *metrics.Metrics) *http.Server {
+func (c *ServeCommand) httpServer(log *slog.Logger, p *pipeline.Pipeline, store *boltdb.Pending, authn *authenticator, reg *prometheus.Registry, m *metrics.Metrics, key *auditlog.Key) *http.Server {
 	mcpSrv := mcp.NewServer(p, mcp.Options{
 		Version: version(), Logger: log, MinProtocol: "2025-06-18",
 		Caller: func(ctx context.Context, _ *sdk.CallToolRequest) pipeline.Caller {
@@ -383,6 +383,7 @@ func (c *ServeCommand) httpServer(log *slog.Logger, p *pipeline.Pipeline, store 
 			}
 			return db.Update(ctx, func(pipeline.Tx) error { return nil })
 		},
+		Audit:    &httpapi.Audit{Storage: store, VerifierKey: key.VerifierKey},
 		Gatherer: reg, Metrics: m, Logger: log, MaxBody: c.maxBody,
 	})
 	return &http.Server{

@@ -4,17 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
@@ -36,11 +40,13 @@ type callerKey struct{}
 // principal from a test header, standing in for bearer tokens (package
 // auth has tests of its own).
 type server struct {
-	t   testing.TB
-	url string
-	db  *boltdb.DB
-	log *bytes.Buffer
-	mu  sync.Mutex
+	t            testing.TB
+	url          string
+	db           *boltdb.DB
+	log          *bytes.Buffer
+	mu           sync.Mutex
+	key          *auditlog.Key
+	checkpointer *auditlog.Checkpointer
 }
 
 func (s *server) Write(p []byte) (int, error) {
@@ -83,6 +89,12 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 	if ready == nil {
 		ready = func(context.Context) error { return nil }
 	}
+	key, err := auditlog.LoadKey(filepath.Join(t.TempDir(), "audit.key"), "writerd/test", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.key = key
+	s.checkpointer = &auditlog.Checkpointer{Storage: db, Key: key, Every: 1, Interval: time.Hour, Logger: log}
 	h := httpapi.New(httpapi.Config{
 		Pipeline: p,
 		MCP:      mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: log}),
@@ -101,6 +113,7 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 			})
 		},
 		Caller: callerOf, Ready: ready, Gatherer: reg, Metrics: m, Logger: log, MaxBody: maxBody,
+		Audit: &httpapi.Audit{Storage: db, VerifierKey: key.VerifierKey},
 	})
 	ts := httptest.NewServer(h)
 	s.url = ts.URL
@@ -391,5 +404,121 @@ func TestMCP_OverHTTP(t *testing.T) {
 	api := s.Do("POST", "/v1/tools/create_project", `{"name":"alpha"}`, "Idempotency-Key", "k-00000001")
 	if api.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("the same call over the API: %d %v, want the replay", api.status, api.header)
+	}
+}
+
+// Ensure the audit API answers only callers with the audit scope, and
+// serves the list with filters and cursors, one event with an inclusion
+// proof that checks against the signed checkpoint, every checkpoint, a
+// consistency proof, the verifier key and an export that verifies offline.
+func TestAudit_API(t *testing.T) {
+	s := MustServe(t, 0, nil)
+	for i := range 5 {
+		s.Do("POST", "/v1/tools/create_project", fmt.Sprintf(`{"name":"p%d"}`, i), "Idempotency-Key", fmt.Sprintf("k-%08d", i))
+	}
+	s.Do("POST", "/v1/tools/create_project", `{"name":"p0"}`, "Idempotency-Key", "k-00000009") // refused: ALREADY_EXISTS
+	if _, err := s.checkpointer.Sign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.Do("POST", "/v1/tools/create_project", `{"name":"late"}`, "Idempotency-Key", "k-00000010")
+
+	mustEnvelope(t, s.Do("GET", "/v1/audit/events", "", "Test-Read-Only", "1"), pipeline.PermissionDenied)
+
+	var page struct {
+		Events []auditlog.Event
+		Next   string
+	}
+	r := s.Do("GET", "/v1/audit/events?tool=create_project&outcome=ok&limit=2", "")
+	json.Unmarshal([]byte(r.body), &page)
+	if r.status != 200 || len(page.Events) != 2 || page.Next != "2" {
+		t.Fatalf("first page: %d %s", r.status, r.body)
+	}
+	var seqs []uint64
+	for after := ""; ; after = page.Next {
+		r = s.Do("GET", "/v1/audit/events?outcome=ok&limit=2&after="+after, "")
+		page.Events, page.Next = nil, ""
+		json.Unmarshal([]byte(r.body), &page)
+		for _, e := range page.Events {
+			seqs = append(seqs, e.Seq)
+		}
+		if page.Next == "" {
+			break
+		}
+	}
+	if fmt.Sprint(seqs) != "[1 2 3 4 5 7]" {
+		t.Fatalf("paged through %v, want every ok event once", seqs)
+	}
+	r = s.Do("GET", "/v1/audit/events?code=ALREADY_EXISTS&since=2000-01-01T00:00:00Z", "")
+	json.Unmarshal([]byte(r.body), &page)
+	if len(page.Events) != 1 || page.Events[0].Seq != 6 {
+		t.Fatalf("filtered by code: %s", r.body)
+	}
+	mustEnvelope(t, s.Do("GET", "/v1/audit/events?since="+marker, ""), pipeline.InvalidInput)
+
+	signed := s.Do("GET", "/v1/audit/checkpoint", "")
+	c, err := auditlog.OpenCheckpoint([]byte(signed.body), s.key.Verifier)
+	if err != nil || c.Size != 6 {
+		t.Fatalf("checkpoint %q: %+v %v", signed.body, c, err)
+	}
+	for _, ref := range []string{"3", ""} {
+		if ref == "" {
+			ref = page.Events[0].ID // by ULID
+		}
+		var answer struct {
+			Event auditlog.Event
+			Proof struct {
+				Size   uint64
+				Root   tlog.Hash
+				Hashes []tlog.Hash
+			}
+		}
+		r := s.Do("GET", "/v1/audit/events/"+ref, "")
+		if err := json.Unmarshal([]byte(r.body), &answer); err != nil || r.status != 200 {
+			t.Fatalf("event %s: %d %s", ref, r.status, r.body)
+		}
+		var canonical []byte
+		s.db.Bolt().View(func(tx *bolt.Tx) error {
+			return auditlog.Bolt{}.Raw(tx, func(seq uint64, b []byte) error {
+				if seq == answer.Event.Seq {
+					canonical = bytes.Clone(b)
+				}
+				return nil
+			})
+		})
+		if answer.Proof.Root != c.Root || tlog.CheckRecord(answer.Proof.Hashes, int64(c.Size), c.Root, int64(answer.Event.Seq-1), tlog.RecordHash(canonical)) != nil {
+			t.Fatalf("event %s: the inclusion proof does not check", ref)
+		}
+	}
+	if r := s.Do("GET", "/v1/audit/events/7", ""); strings.Contains(r.body, `"proof"`) {
+		t.Errorf("an event after the checkpoint came with a proof: %s", r.body)
+	}
+	mustEnvelope(t, s.Do("GET", "/v1/audit/events/99", ""), pipeline.NotFound)
+	mustEnvelope(t, s.Do("GET", "/v1/audit/events/"+marker, ""), pipeline.InvalidInput)
+
+	if _, err := s.checkpointer.Sign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var cons struct{ Hashes []tlog.Hash }
+	json.Unmarshal([]byte(s.Do("GET", "/v1/audit/proof/consistency?old=6&new=7", "").body), &cons)
+	var all struct{ Checkpoints []string }
+	json.Unmarshal([]byte(s.Do("GET", "/v1/audit/checkpoints", "").body), &all)
+	if len(all.Checkpoints) != 2 {
+		t.Fatalf("checkpoints %v", all.Checkpoints)
+	}
+	c7, _ := auditlog.OpenCheckpoint([]byte(all.Checkpoints[1]), s.key.Verifier)
+	if err := tlog.CheckTree(cons.Hashes, 7, c7.Root, 6, c.Root); err != nil {
+		t.Fatalf("consistency 6 → 7: %v", err)
+	}
+	if k := s.Do("GET", "/v1/audit/key", ""); strings.TrimSpace(k.body) != s.key.VerifierKey {
+		t.Fatalf("key %q", k.body)
+	}
+	export := s.Do("GET", "/v1/audit/export?from=3", "")
+	h, events, err := auditlog.ReadExport(strings.NewReader(export.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := auditlog.Verify(auditlog.Input{Key: s.key.Verifier, Checkpoints: [][]byte{[]byte(h.Checkpoint)}, Prefix: h.Prefix, Events: events})
+	if err != nil || !v.OK() || v.Events != 7 {
+		t.Fatalf("the export does not verify: %+v %v", v, err)
 	}
 }

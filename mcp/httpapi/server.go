@@ -37,6 +37,9 @@ type Config struct {
 	Caller func(ctx context.Context) (pipeline.Caller, bool)
 	// Ready reports whether the store is open and takes writes (/readyz).
 	Ready func(ctx context.Context) error
+	// Audit is served at /v1/audit to callers with the audit scope; nil
+	// serves no audit API.
+	Audit *Audit
 	// Gatherer is served at /metrics; Metrics counts requests and refusals.
 	Gatherer prometheus.Gatherer
 	Metrics  *metrics.Metrics
@@ -59,6 +62,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("/", s.notFound)
+	if cfg.Audit != nil {
+		s.routeAudit(mux)
+	}
 	s.mux = mux
 	return s
 }
