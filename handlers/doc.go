@@ -39,6 +39,13 @@
 //   - An unconfirmed delete answers the refusal the confirmed call would
 //     meet (NOT_FOUND, REVISION_CONFLICT, RECORD_LOCKED, PROJECT_NOT_EMPTY)
 //     instead of a preview: both go through one check.
+//   - delete_records (batch.go) sends each record it selects, at most 200,
+//     through removeRecord, delete_record's own path: a refusal is reported
+//     per record, grouped by code, and the walk goes on; any other error is
+//     a fault, which the handler returns, so that the pipeline rolls the
+//     whole call back, with a detail in the error envelope saying that
+//     nothing was deleted and where the walk stopped. Its audit event names
+//     the records deleted, and on a fault the record it stopped at.
 //
 // Caveats: a project's records are not deleted with it (delete_project
 // refuses while any remain), and a preview is read at preview time: the

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
@@ -34,21 +37,49 @@ var caller = pipeline.Caller{Principal: "t", Scopes: pipeline.AllScopes, Transpo
 // tools on a pipeline over it.
 func MustStart(t testing.TB) *env {
 	t.Helper()
+	return MustStartWith(t, boltstore.Store{}, nil)
+}
+
+// MustStartWith is MustStart with the tools working through s (the bbolt
+// store, or a wrapper of it) and the pipeline logging to log (nil: nowhere).
+func MustStartWith(t testing.TB, s handlers.Store, log *slog.Logger) *env {
+	t.Helper()
 	db, err := boltdb.Open(t.TempDir(), boltstore.Store{}.Init)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := db.Bolt().View(boltdb.Check); err != nil {
+		if err := db.Bolt().View(checkAll); err != nil {
 			t.Error(err)
 		}
 		db.Close()
 	})
-	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}})
-	if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}, Logger: log})
+	if err := p.Register(handlers.Tools(s)...); err != nil {
 		t.Fatal(err)
 	}
 	return &env{t: t, db: db, p: p}
+}
+
+// checkAll runs the checks of writerd check: the pipeline's invariants,
+// then the domain store's against the audit log.
+func checkAll(tx *bolt.Tx) error {
+	if err := boltdb.Check(tx); err != nil {
+		return err
+	}
+	var events []boltstore.Event
+	err := auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
+		ev := boltstore.Event{Seq: e.Seq, Tool: e.Tool, OK: e.Outcome == auditlog.OK}
+		for _, t := range e.Targets {
+			ev.Targets = append(ev.Targets, boltstore.Target{Kind: t.Kind, ID: t.ID, Revision: t.Revision})
+		}
+		events = append(events, ev)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return boltstore.Check(tx, events)
 }
 
 // Call sends raw arguments, as every transport does.
@@ -796,8 +827,8 @@ func TestInputRules(t *testing.T) {
 // (cmd/writerd/testdata/tools), as tools/list shows them.
 func TestSchemas(t *testing.T) {
 	tools := handlers.Tools(boltstore.Store{})
-	if len(tools) != 10 {
-		t.Fatalf("tools = %d, want 10", len(tools))
+	if len(tools) != 11 {
+		t.Fatalf("tools = %d, want 11", len(tools))
 	}
 	for _, tool := range tools {
 		var in, out map[string]any

@@ -57,6 +57,18 @@ func Tools(s Store) []*pipeline.Tool {
 			Run:         h.deleteRecord,
 			Preview:     h.previewRecord,
 		}),
+		pipeline.MustDefine(pipeline.Spec[DeleteRecordsInput, DeleteRecordsResult]{
+			Name:  "delete_records",
+			Title: "Delete records",
+			Description: "Deletes up to 200 records of a project in one call, named by record_ids or selected by a filter, " +
+				"each as delete_record would delete it: records a rule refuses (locked ones) are listed by code and the " +
+				"rest deleted. Without \"confirm\": true it deletes nothing and previews how many records match, would be " +
+				"attempted and refused, with a sample of ids; send it again with the same idempotency_key and " +
+				"\"confirm\": true to delete. The call is atomic: a fault deletes nothing.",
+			Destructive: true,
+			Run:         h.deleteRecords,
+			Preview:     h.previewRecords,
+		}),
 		pipeline.MustDefine(pipeline.Spec[ListProjectsInput, ProjectList]{
 			Name:        "list_projects",
 			Title:       "List projects",

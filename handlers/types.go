@@ -162,6 +162,77 @@ type DeleteRecordInput struct {
 	ExpectedRevision *int64 `json:"expected_revision,omitempty" jsonschema:"minimum=1" jsonschema_description:"If given, delete only while the record has this revision."`
 }
 
+// Bounds of delete_records.
+const (
+	// maxBatch is the most ids record_ids takes, and the most records one
+	// call attempts.
+	maxBatch = 200
+	// previewSample is the most ids a preview shows.
+	previewSample = 10
+	// maxFilterFields is the most field conditions a filter takes.
+	maxFilterFields = 8
+	// maxTimestamp is the longest RFC 3339 time a filter takes, with
+	// nanoseconds and an offset: 2006-01-02T15:04:05.999999999+07:00.
+	maxTimestamp = 35
+)
+
+// DeleteRecordsInput is the input of delete_records. Exactly one of
+// RecordIDs and Filter is given; its schema says so (JSONSchemaExtend).
+type DeleteRecordsInput struct {
+	pipeline.Key
+	pipeline.Confirm
+	ProjectRef
+	RecordIDs []string      `json:"record_ids,omitempty" jsonschema:"minItems=1,maxItems=200,uniqueItems=true,pattern=^[0-9A-HJKMNP-TV-Z]{26}$,maxLength=26" jsonschema_description:"The records to delete, by id: 1 to 200 distinct ids, attempted in id order. Ids that name no record of the project are reported in not_found. Exactly one of record_ids and filter."`
+	Filter    *RecordFilter `json:"filter,omitempty" jsonschema_description:"Selects the project's records that meet every condition given; {} selects all of them. At most 200 are attempted per call, in id (creation) order. Exactly one of record_ids and filter."`
+}
+
+// JSONSchemaExtend states what struct tags cannot: exactly one of
+// record_ids and filter. Each form also forbids the other, so that a call
+// with both is refused as matching neither form, which it does not.
+func (DeleteRecordsInput) JSONSchemaExtend(s *pipeline.Schema) {
+	s.OneOf = []*pipeline.Schema{
+		{Required: []string{"record_ids"}, Not: &pipeline.Schema{Required: []string{"filter"}}},
+		{Required: []string{"filter"}, Not: &pipeline.Schema{Required: []string{"record_ids"}}},
+	}
+}
+
+// RecordFilter selects records of a project: a record is selected if it
+// meets every condition given. The empty filter selects every record.
+type RecordFilter struct {
+	Fields        FieldConditions `json:"fields,omitempty" jsonschema_description:"Records whose fields hold each member given, with an equal value of the same type (strings compared exactly); at most 8."`
+	TitlePrefix   string          `json:"title_prefix,omitempty" jsonschema:"minLength=1,maxLength=200" jsonschema_description:"Records whose title begins with this text, compared exactly (case-sensitive, code point by code point); a single line without control or format characters."`
+	CreatedAfter  Timestamp       `json:"created_after,omitempty" jsonschema_description:"Records created strictly after this time: RFC 3339, such as 2026-01-02T15:04:05Z."`
+	CreatedBefore Timestamp       `json:"created_before,omitempty" jsonschema_description:"Records created strictly before this time: RFC 3339, such as 2026-01-02T15:04:05Z."`
+	Locked        *bool           `json:"locked,omitempty" jsonschema_description:"true selects only locked records (each of which is refused with RECORD_LOCKED); false only unlocked ones."`
+}
+
+// FieldConditions are a filter's field equalities: a record matches if its
+// fields hold each member with an equal value of the same type.
+type FieldConditions map[string]any
+
+// JSONSchema bounds FieldConditions as Fields is bounded, with fewer
+// members.
+func (FieldConditions) JSONSchema() *pipeline.Schema {
+	s := Fields(nil).JSONSchema()
+	s.MaxProperties = ptr[uint64](maxFilterFields)
+	return s
+}
+
+// Timestamp is an RFC 3339 time in an input, as text; the input's Validate
+// parses it.
+type Timestamp string
+
+// JSONSchema states the form of a Timestamp. The validator does not assert
+// "format", so the pattern does, and Validate checks the date itself.
+func (Timestamp) JSONSchema() *pipeline.Schema {
+	return &pipeline.Schema{
+		Type:      "string",
+		Format:    "date-time",
+		MaxLength: ptr[uint64](maxTimestamp),
+		Pattern:   "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$",
+	}
+}
+
 // ListProjectsInput is the input of list_projects.
 type ListProjectsInput struct {
 	Page
@@ -204,6 +275,52 @@ type DeletedResult struct {
 type Deleted struct {
 	ID       string `json:"id" jsonschema_description:"The deleted entity's id."`
 	Revision int64  `json:"revision" jsonschema_description:"The revision it had when it was deleted."`
+}
+
+// DeleteRecordsResult is the output of delete_records.
+type DeleteRecordsResult struct {
+	Attempted  int            `json:"attempted" jsonschema:"minimum=0,maximum=200" jsonschema_description:"How many selected ids the call went through, in id order: at most 200."`
+	Deleted    int            `json:"deleted" jsonschema:"minimum=0,maximum=200" jsonschema_description:"How many records it deleted."`
+	DeletedIDs []string       `json:"deleted_ids" jsonschema:"maxItems=200" jsonschema_description:"The ids of the records it deleted, in id order."`
+	Refused    []RefusedGroup `json:"refused" jsonschema:"maxItems=200" jsonschema_description:"The records it did not delete because a rule refused them, as delete_record would have, grouped by code; the largest group first."`
+	NotFound   []string       `json:"not_found" jsonschema:"maxItems=200" jsonschema_description:"The ids that name no record of the project, in id order."`
+	Remaining  int            `json:"remaining" jsonschema:"minimum=0" jsonschema_description:"How many records of the project still match the selection after this call, the refused ones included."`
+	Next       string         `json:"next,omitempty" jsonschema_description:"Present only when more records match than the call attempted: how to continue."`
+}
+
+// RefusedGroup is the records of one refusal code.
+type RefusedGroup struct {
+	Code  pipeline.Code `json:"code" jsonschema_description:"The code delete_record answers for each of these records, such as RECORD_LOCKED."`
+	Count int           `json:"count" jsonschema:"minimum=1,maximum=200" jsonschema_description:"How many records were refused with the code."`
+	IDs   []string      `json:"ids" jsonschema:"maxItems=200" jsonschema_description:"Their ids, in id order."`
+}
+
+// DeleteRecordsPreview is the preview of an unconfirmed delete_records:
+// the error envelope's "preview".
+type DeleteRecordsPreview struct {
+	Matched      int            `json:"matched"`
+	WouldAttempt int            `json:"would_attempt"`
+	WouldRefuse  []RefusalCount `json:"would_refuse"`
+	MoreThanCap  bool           `json:"more_than_cap"`
+	Sample       []string       `json:"sample"`
+}
+
+// RefusalCount is how many records a preview would see refused with one
+// code.
+type RefusalCount struct {
+	Code  pipeline.Code `json:"code"`
+	Count int           `json:"count"`
+}
+
+// DeleteRecordsAborted is the "detail" of a delete_records call that a
+// fault stopped: the call was rolled back as a whole.
+type DeleteRecordsAborted struct {
+	// Deleted is always 0: nothing the call deleted before the fault
+	// stays deleted.
+	Deleted int `json:"deleted"`
+	// StoppedAt is the id of the record the fault met, absent if the call
+	// stopped before it reached one (while selecting).
+	StoppedAt string `json:"stopped_at,omitempty"`
 }
 
 // ProjectList is the output of list_projects.
