@@ -18,8 +18,8 @@ import (
 // empty for inserts that never come.
 var (
 	// eventsBucket maps seq (8 bytes, big endian) to the event's value: the
-	// tree hashes its append stored (section tree.go), then its canonical
-	// JSON, the leaf of the Merkle tree.
+	// tree hashes its append stored (see tree.go), then its canonical JSON,
+	// the leaf of the Merkle tree.
 	eventsBucket = []byte("audit_events")
 	// checkpointsBucket maps a tree size (8 bytes, big endian) to the signed
 	// checkpoint of the tree of that size.
@@ -120,11 +120,7 @@ func (Bolt) Append(tx any, e *Event) error {
 	if err != nil {
 		return fmt.Errorf("auditlog: tree hashes: %w", err)
 	}
-	v := make([]byte, 0, len(hashes)*tlog.HashSize+len(c))
-	for _, h := range hashes {
-		v = append(v, h[:]...)
-	}
-	return b.Put(seqKey(seq), append(v, c...))
+	return b.Put(seqKey(seq), valueOf(hashes, c))
 }
 
 // nextID returns a ULID of the time t greater than prev (if any).
@@ -294,11 +290,7 @@ func convertLegacy(tx *bolt.Tx) error {
 		if err != nil {
 			return err
 		}
-		v := make([]byte, 0, len(hashes)*tlog.HashSize+len(values[i]))
-		for _, h := range hashes {
-			v = append(v, h[:]...)
-		}
-		if err := b.Put(seqKey(seq), append(v, values[i]...)); err != nil {
+		if err := b.Put(seqKey(seq), valueOf(hashes, values[i])); err != nil {
 			return err
 		}
 	}

@@ -39,6 +39,10 @@ type Target struct {
 	Revision int64  `json:"revision"`
 }
 
+// Canonical returns the event's RFC 8785 form: its stored bytes, the leaf
+// of the Merkle tree.
+func (e *Event) Canonical() ([]byte, error) { return e.canonical() }
+
 // canonical returns the event's stored bytes: its RFC 8785 form.
 func (e *Event) canonical() ([]byte, error) {
 	if e.Targets == nil {

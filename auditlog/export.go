@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-
-	"golang.org/x/mod/sumdb/tlog"
 )
 
 // An export is JSON Lines that verify with no database and no daemon: a
@@ -83,7 +81,7 @@ func ReadExport(r io.Reader) (*ExportHeader, Stream, error) {
 	if err := d.Decode(h); err != nil || h.Version != ExportVersion {
 		return nil, nil, errors.New("the export's first line is not a writerd audit export header")
 	}
-	stream := func(yield func(seq uint64, canonical []byte, leaf *tlog.Hash) bool) error {
+	stream := func(yield func(seq uint64, canonical []byte, leafCheck []byte) bool) error {
 		for n := 1; ; n++ {
 			line, err := br.ReadBytes('\n')
 			line = bytes.TrimSuffix(line, []byte("\n"))

@@ -16,42 +16,54 @@ import (
 // The hashes tlog stores for a tree (tlog.StoredHashes: the leaf's hash,
 // then the hash of every subtree the leaf completes) are kept in front of
 // the event that adds them, in its value, rather than under keys of their
-// own: the event's key and bbolt's element header are shared, which keeps
-// the log within 1.3 times its events' canonical bytes. How many hashes an
-// event carries follows from its sequence number alone (hashCount), and the
-// stored hash of any index is found in the event that completed its
-// subtree (readHash).
+// own: the event's key and bbolt's element header are shared. The leaf's
+// own hash is not kept whole, since the event's bytes give it: only its
+// first leafCheckSize bytes, so that a verifier names the very event that
+// was edited. An event's value is therefore
+//
+//	leaf check (8 bytes) | the inner hashes its append completes (32 bytes each) | canonical JSON
+//
+// How many inner hashes an event carries follows from its sequence number
+// alone (innerCount), and the stored hash of any index is found in the
+// event that completed its subtree (hashReader). With 16 KiB pages this
+// keeps the log within 1.3 times its events' canonical bytes.
 
-// hashCount is how many stored hashes the event of sequence number seq
-// carries.
-func hashCount(seq int) int {
+// leafCheckSize is how much of the leaf hash an event's value keeps.
+const leafCheckSize = 8
+
+// innerCount is how many inner hashes the event of sequence number seq
+// carries: those of the subtrees it completes.
+func innerCount(seq int) int {
 	n := int64(seq)
-	return int(tlog.StoredHashCount(n) - tlog.StoredHashCount(n-1))
+	return int(tlog.StoredHashCount(n)-tlog.StoredHashCount(n-1)) - 1
 }
+
+// prefixLen is the length of an event's value before its canonical JSON.
+func prefixLen(seq int) int { return leafCheckSize + innerCount(seq)*tlog.HashSize }
 
 // canonicalOf returns the canonical JSON in an event's stored value.
 func canonicalOf(seq int, v []byte) []byte {
-	skip := hashCount(seq) * tlog.HashSize
+	skip := prefixLen(seq)
 	if len(v) < skip {
 		return nil // decode refuses it
 	}
 	return v[skip:]
 }
 
-// storedHashes returns the tree hashes in an event's stored value.
-func storedHashes(seq int, v []byte) ([]tlog.Hash, error) {
-	n := hashCount(seq)
-	if len(v) < n*tlog.HashSize {
-		return nil, fmt.Errorf("auditlog: event %d is shorter than its tree hashes", seq)
+// valueOf is the stored value of an event: the hashes its append stored
+// (the leaf's first), then its canonical JSON.
+func valueOf(hashes []tlog.Hash, canonical []byte) []byte {
+	v := make([]byte, 0, leafCheckSize+(len(hashes)-1)*tlog.HashSize+len(canonical))
+	v = append(v, hashes[0][:leafCheckSize]...)
+	for _, h := range hashes[1:] {
+		v = append(v, h[:]...)
 	}
-	hs := make([]tlog.Hash, n)
-	for i := range hs {
-		copy(hs[i][:], v[i*tlog.HashSize:])
-	}
-	return hs, nil
+	return append(v, canonical...)
 }
 
-// hashReader reads stored hashes out of the events bucket.
+// hashReader reads stored hashes out of the events bucket: an inner hash
+// from the value of the event that completed its subtree, a leaf hash
+// from the event's bytes.
 type hashReader struct{ b *bolt.Bucket }
 
 func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
@@ -59,20 +71,20 @@ func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	for i, index := range indexes {
 		level, n := tlog.SplitStoredHashIndex(index)
 		// The hash of level L covering records [n<<L, (n+1)<<L) is stored
-		// by the append of the subtree's last record, L-th in its list.
-		seq := uint64((n + 1) << level) // the last record's index + 1
-		v := r.b.Get(seqKey(seq))
-		if v == nil {
-			return nil, fmt.Errorf("auditlog: tree hash %d: event %d is missing", index, seq)
+		// by the append of the subtree's last record.
+		seq := int((n + 1) << level) // the last record's index + 1
+		v := r.b.Get(seqKey(uint64(seq)))
+		if v == nil || len(v) < prefixLen(seq) {
+			return nil, fmt.Errorf("auditlog: tree hash %d: event %d is missing or short", index, seq)
 		}
-		hs, err := storedHashes(int(seq), v)
-		if err != nil {
-			return nil, err
+		if level == 0 {
+			out[i] = tlog.RecordHash(canonicalOf(seq, v))
+			continue
 		}
-		if level >= len(hs) {
-			return nil, fmt.Errorf("auditlog: tree hash %d: event %d has %d hashes", index, seq, len(hs))
+		if level > innerCount(seq) {
+			return nil, fmt.Errorf("auditlog: tree hash %d: event %d has %d inner hashes", index, seq, innerCount(seq))
 		}
-		out[i] = hs[level]
+		copy(out[i][:], v[leafCheckSize+(level-1)*tlog.HashSize:])
 	}
 	return out, nil
 }
@@ -164,10 +176,10 @@ func checkpointsOf(tx any) (*bolt.Bucket, error) {
 	return b, nil
 }
 
-// Stream yields the stored events for Verify, each with the leaf hash
+// Stream yields the stored events for Verify, each with the leaf check
 // written when it was appended.
 func (Bolt) Stream(tx any) Stream {
-	return func(yield func(seq uint64, canonical []byte, leaf *tlog.Hash) bool) error {
+	return func(yield func(seq uint64, canonical []byte, leafCheck []byte) bool) error {
 		b, err := eventsOf(tx)
 		if err != nil {
 			return err
@@ -175,12 +187,11 @@ func (Bolt) Stream(tx any) Stream {
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			seq := int(binary.BigEndian.Uint64(k))
-			var leaf *tlog.Hash
-			if len(v) >= tlog.HashSize {
-				h := tlog.Hash(v[:tlog.HashSize])
-				leaf = &h
+			var check []byte
+			if len(v) >= leafCheckSize {
+				check = v[:leafCheckSize]
 			}
-			if !yield(uint64(seq), canonicalOf(seq, v), leaf) {
+			if !yield(uint64(seq), canonicalOf(seq, v), check) {
 				return nil
 			}
 		}

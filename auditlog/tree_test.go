@@ -314,7 +314,7 @@ func TestVerify_FromPrefix(t *testing.T) {
 		})
 		run := func(lines [][]byte) *auditlog.Verification {
 			v, err := auditlog.Verify(auditlog.Input{Key: l.key.Verifier, Checkpoints: [][]byte{l.latest()}, Prefix: prefix,
-				Events: func(yield func(uint64, []byte, *tlog.Hash) bool) error {
+				Events: func(yield func(uint64, []byte, []byte) bool) error {
 					for i, c := range lines {
 						if !yield(from+uint64(i), c, nil) {
 							break

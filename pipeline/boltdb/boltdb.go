@@ -18,6 +18,13 @@ import (
 	"github.com/writerd/writerd/pipeline"
 )
 
+// PageSize is the page size of a new database; a file keeps the size it
+// was made with. The audit log only appends, one event a commit, and
+// bbolt splits a full page leaving the last three elements for the next:
+// with 4 KiB pages (about eight events each) that leaves a quarter of every
+// page empty, with 16 KiB pages a tenth.
+const PageSize = 16 << 10
+
 // FileName is the database file inside a data directory.
 const FileName = "writerd.db"
 
@@ -85,6 +92,7 @@ func open(dir string, readOnly bool) (*DB, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		ReadOnly: readOnly,
 		OpenFile: o.openFile,
+		PageSize: PageSize,
 		// The lock is taken without waiting by openFile; bbolt's own
 		// flock on the same file then succeeds at once.
 		Timeout: 50 * time.Millisecond,

@@ -84,7 +84,7 @@ func TestOpen_Creates(t *testing.T) {
 		}
 	}
 	err := db.Bolt().View(func(tx *bolt.Tx) error {
-		for _, b := range []string{"idempotency", "audit_events", "audit_ids", "domain"} {
+		for _, b := range []string{"idempotency", "audit_events", "audit_checkpoints", "domain"} {
 			if tx.Bucket([]byte(b)) == nil {
 				t.Errorf("bucket %s missing", b)
 			}
