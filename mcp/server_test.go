@@ -173,3 +173,34 @@ func TestRecoverPanics(t *testing.T) {
 		t.Errorf("audit events = %d, want 2 (the panics wrote none)", n)
 	}
 }
+
+// Ensure every dispatched write leaves exactly one audit event, and
+// replays, conflicts and rejections none, counted after a scripted run
+// over MCP.
+func TestAudit_OneEventPerDispatchedWrite(t *testing.T) {
+	s := MustServe(t)
+	calls := []struct {
+		tool, args string
+		dispatched bool
+	}{
+		{"create_project", `{"idempotency_key":"` + key(1) + `","name":"alpha"}`, true},                             // ok
+		{"create_project", `{"idempotency_key":"` + key(1) + `","name":"alpha"}`, false},                            // replay
+		{"create_project", `{"idempotency_key":"` + key(1) + `","name":"beta"}`, false},                             // reused
+		{"create_project", `{"idempotency_key":"` + key(2) + `","name":"alpha"}`, true},                             // refused: ALREADY_EXISTS
+		{"create_project", `{"idempotency_key":"` + key(2) + `","name":"alpha"}`, false},                            // KEY_FAILED
+		{"create_project", `{"idempotency_key":"` + key(3) + `","name":"a","x":1}`, false},                          // rejected
+		{"create_project", `{"idempotency_key":"` + key(4) + `","name":"` + strings.Repeat("n", 101) + `"}`, false}, // too large
+		{"list_projects", `{}`, false}, // a read
+		{"create_project", `{"idempotency_key":"` + key(5) + `","name":"gamma"}`, true}, // ok
+	}
+	want := 0
+	for _, c := range calls {
+		s.Call(c.tool, c.args)
+		if c.dispatched {
+			want++
+		}
+	}
+	if n := len(s.AuditEvents()); n != want {
+		t.Fatalf("%d audit events after %d dispatched writes", n, want)
+	}
+}
