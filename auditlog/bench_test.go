@@ -130,7 +130,7 @@ func BenchmarkVerify(b *testing.B) {
 		b.Fatal(err)
 	}
 	canonical := fill(b, db, n, 10_000)
-	b.ReportMetric(float64(onDisk(db))/float64(canonical), "disk/canonical")
+	ratio := float64(onDisk(db)) / float64(canonical)
 	b.ResetTimer()
 	start := time.Now()
 	for range b.N {
@@ -146,4 +146,5 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/time.Since(start).Seconds(), "events/s")
+	b.ReportMetric(ratio, "disk/canonical")
 }
