@@ -36,6 +36,7 @@ func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command 
 		"serve":   &ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr},
 		"check":   &CheckCommand{Stdout: stdout, Stderr: stderr},
 		"token":   &TokenCommand{Stdout: stdout, Stderr: stderr},
+		"audit":   &AuditCommand{Stdout: stdout, Stderr: stderr},
 		"version": &VersionCommand{Stdout: stdout, Stderr: stderr},
 	}
 }
@@ -102,6 +103,7 @@ Commands:
 	serve     serve the tools: MCP over stdio or HTTP, and the HTTP API
 	check     check a database: the file, bbolt's consistency, writerd's invariants
 	token     make, list and revoke the bearer tokens of the HTTP transports
+	audit     list, show, verify and export the audit log: writerd help audit
 	version   print the version (also: writerd --version)
 	help      print a command's usage and flags: writerd help serve
 

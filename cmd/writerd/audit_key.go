@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/writerd/writerd/auditlog"
+)
+
+// auditKey is writerd audit key: the verifier key of the log's
+// checkpoints.
+type auditKey struct {
+	Stdout, Stderr io.Writer
+
+	from auditFrom
+}
+
+const auditKeyUsage = `usage: writerd audit key [--server URL | --data DIR [--audit-key FILE]]
+
+Prints the verifier key that the log's checkpoints are signed with, in the
+signed-note text form (name+hash+public key), one line. Keep it where the
+daemon's host cannot reach it, from the first day: writerd audit verify,
+show and export take it with --key, so that a check does not trust the
+host whose log it checks.
+
+From a data directory, the key is the second line of the daemon's key file
+(<data>/audit-signing.key, or the file --audit-key names, as serve takes
+it); its first line, the signing key, is not read.
+
+Examples:
+
+	writerd audit key --server http://127.0.0.1:7070 > writerd.vkey
+	writerd audit key --data /var/lib/writerd
+
+Flags:
+`
+
+func (c *auditKey) flags() *flagSet {
+	fs := newFlagSet("writerd audit key", auditKeyUsage, c.Stdout, c.Stderr)
+	c.from.define(fs, false, true)
+	return fs
+}
+
+// Run prints the verifier key.
+func (c *auditKey) Run(ctx context.Context, args []string) error {
+	fs := c.flags()
+	if err := parseAudit(fs, args); err != nil {
+		return err
+	}
+	src, err := c.from.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	key, from, err := src.VerifierKey(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := auditlog.ParseVerifierKey(key); err != nil {
+		return fmt.Errorf("the verifier key from %s is not one: %w", from, err)
+	}
+	_, err = fmt.Fprintln(c.Stdout, key)
+	return err
+}

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/writerd/writerd/auditlog"
+)
+
+// auditVerify is writerd audit verify: the log's tree recomputed from its
+// events and checked against its signed checkpoints, and against one the
+// auditor saved; or an export, offline.
+type auditVerify struct {
+	Stdout, Stderr io.Writer
+
+	from    auditFrom
+	against string
+	export  string
+}
+
+const auditVerifyUsage = `usage: writerd audit verify [--server URL | --data DIR | --export FILE] [--key KEY] [--against FILE]
+
+Recomputes the log's Merkle tree from its events alone and checks it: the
+events are numbered densely from 1, each in its place and unchanged since
+it was appended, every signed checkpoint's signature verifies with the
+verifier key, and the tree of each checkpoint's size has the root it
+signed. With --against, a checkpoint saved earlier (writerd audit
+checkpoint > FILE) must verify with the key too, and the log must still
+extend it: the same first events, only more after them.
+
+Each problem is a line naming the first bad sequence number and what is
+wrong: edited (an event's bytes changed), missing (an event was removed, or
+the log ends before a checkpoint's size), reordered (events were moved),
+malformed, bad signature (a checkpoint the key did not sign), or not an
+extension (the log is not the one the saved checkpoint signed). Then a
+summary line; the command exits 1 on any problem, else 0:
+
+  verified 1200 events against 2 checkpoints; root 8cX3…=; key writerd/5a0f…+3c2b19d0
+
+While stderr is a terminal, a progress line counts the events read.
+
+From a data directory, every event is checked; from a daemon, the events
+the latest checkpoint covers (its export). Events after the latest
+checkpoint are named on a line of their own: no signature covers them yet.
+
+--export FILE checks an export (writerd audit export) with no database and
+no daemon. Unless --key is given, the key is the one the export carries,
+and the check then only shows the file is consistent with itself: whoever
+wrote the file could have signed it with a key of their own. An auditor
+passes --key with the key kept since the first day. The summary line names
+the key used either way, and stderr says where a key not given came from.
+
+Examples:
+
+	# Check a stopped daemon's log with its own key:
+	writerd audit verify --data /var/lib/writerd
+
+	# Check a running daemon's log still extends last month's checkpoint:
+	writerd audit verify --server http://127.0.0.1:7070 --key writerd.vkey --against checkpoint-2026-10.txt
+
+	# Check an export on another machine:
+	writerd audit verify --export audit.jsonl --key writerd.vkey
+
+Flags:
+`
+
+func (c *auditVerify) flags() *flagSet {
+	fs := newFlagSet("writerd audit verify", auditVerifyUsage, c.Stdout, c.Stderr)
+	c.from.define(fs, true, true)
+	fs.StringVar(&c.against, "against", "", "also check that the log extends the signed checkpoint in this `file`, saved earlier with writerd audit checkpoint")
+	fs.StringVar(&c.export, "export", "", "verify the export in this `file` (writerd audit export), offline: no --server or --data")
+	return fs
+}
+
+// Run verifies the log or an export and prints what it found.
+func (c *auditVerify) Run(ctx context.Context, args []string) error {
+	fs := c.flags()
+	if err := parseAudit(fs, args); err != nil {
+		return err
+	}
+	var against []byte
+	if c.against != "" {
+		b, err := os.ReadFile(expandHome(c.against))
+		if err != nil {
+			return fmt.Errorf("cannot read the --against file: %w", pathless(err))
+		}
+		against = b
+	}
+	var (
+		in       auditlog.Input
+		key      note.Verifier
+		keyFrom  string
+		size     uint64 // the events the log holds, for the note on those no checkpoint covers
+		complete bool   // the events read are all the log holds
+	)
+	if c.export != "" {
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			if (f.Name == "server" || f.Name == "data") && !fs.fromEnv[f.Name] {
+				given = append(given, "--"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			return fs.fail("--export verifies a file offline, so it takes no %s", strings.Join(given, " or "))
+		}
+		f, err := os.Open(expandHome(c.export))
+		if err != nil {
+			return fmt.Errorf("cannot read the export: %w", pathless(err))
+		}
+		defer f.Close()
+		h, events, err := auditlog.ReadExport(f)
+		if err != nil {
+			return err
+		}
+		if c.from.key != "" {
+			if key, _, err = parseKeyFlag(c.from.key); err != nil {
+				return err
+			}
+		} else {
+			if key, err = auditlog.ParseVerifierKey(h.VerifierKey); err != nil {
+				return fmt.Errorf("the export's verifier key: %w", err)
+			}
+			keyFrom = exportItself
+		}
+		if against != nil {
+			if cp, err := auditlog.ParseSigned(against); err == nil && cp.Size < h.Prefix.Size {
+				return fmt.Errorf("the export starts at event %d, after the saved checkpoint's %d events, so it cannot show the log extends it; export from event 1", h.Prefix.Size+1, cp.Size)
+			}
+		}
+		in = auditlog.Input{Checkpoints: [][]byte{[]byte(h.Checkpoint)}, Prefix: h.Prefix, Events: events}
+		complete = true
+	} else {
+		src, err := c.from.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		if key, _, keyFrom, err = c.from.verifier(ctx, src); err != nil {
+			return err
+		}
+		if in.Checkpoints, err = src.Checkpoints(ctx); err != nil {
+			return err
+		}
+		if in.Events, err = src.Events(ctx); err != nil {
+			return err
+		}
+		if _, local := src.(*localSource); !local {
+			if size, err = src.Size(ctx); err != nil {
+				return err
+			}
+		} else {
+			complete = true
+		}
+	}
+	in.Key, in.Against = key, against
+	switch keyFrom {
+	case "":
+	case exportItself:
+		fmt.Fprintln(c.Stderr, "writerd audit verify: the verifier key is the one the export carries, so this shows only that the file is consistent with itself; to trust nothing in the file, pass --key with the key kept since the first day.")
+	default:
+		fmt.Fprintf(c.Stderr, "writerd audit verify: the verifier key came from %s; to trust nothing the log's host holds, pass --key with the key kept since the first day.\n", keyFrom)
+	}
+	if isTerminal(c.Stderr) {
+		in.Events = withProgress(ctx, in.Events, c.Stderr)
+	} else {
+		in.Events = withContext(ctx, in.Events)
+	}
+	v, err := auditlog.Verify(in)
+	if err != nil {
+		return fmt.Errorf("verification stopped: %w", err)
+	}
+	if complete {
+		size = v.Events
+	}
+	return c.report(v, in, key, size)
+}
+
+// exportItself is where the key of an export verified without --key came
+// from.
+const exportItself = "the export"
+
+// problemKinds are the kinds of problem as the output names them.
+var problemKinds = map[string]string{
+	auditlog.ProblemEdited:       "edited",
+	auditlog.ProblemMissing:      "missing",
+	auditlog.ProblemReordered:    "reordered",
+	auditlog.ProblemMalformed:    "malformed",
+	auditlog.ProblemBadSignature: "bad signature",
+	auditlog.ProblemNotExtension: "not an extension",
+}
+
+// report prints the problems, the summary line and the notes, and returns
+// errProblems if there was a problem.
+func (c *auditVerify) report(v *auditlog.Verification, in auditlog.Input, key note.Verifier, size uint64) error {
+	w := c.Stdout
+	for _, p := range v.Problems {
+		kind := problemKinds[p.Kind]
+		if kind == "" {
+			kind = p.Kind
+		}
+		where := fmt.Sprintf("event %d", p.Seq)
+		if p.Seq == 0 {
+			where = "saved checkpoint"
+		}
+		fmt.Fprintf(w, "%s: %s: %s\n", where, kind, p.Detail)
+	}
+	events := fmt.Sprintf("%d events", v.Events)
+	if v.Events == 1 {
+		events = "1 event"
+	}
+	if in.Prefix.Size > 0 {
+		events = fmt.Sprintf("events %d to %d", in.Prefix.Size+1, v.Events)
+	}
+	if !v.OK() {
+		first := ""
+		if seq := firstProblem(v); seq != 0 {
+			first = fmt.Sprintf(", the first at event %d", seq)
+		}
+		fmt.Fprintf(w, "verification failed: %s%s; %s read; %d of %d checkpoints verified\n",
+			count(len(v.Problems), "problem"), first, events, v.Checkpoints, len(in.Checkpoints))
+		return errProblems
+	}
+	if in.Against != nil {
+		if cp, err := auditlog.ParseSigned(in.Against); err == nil {
+			fmt.Fprintf(w, "the log extends the saved checkpoint of size %d\n", cp.Size)
+		}
+	}
+	latest := uint64(0)
+	for _, s := range in.Checkpoints {
+		if cp, err := auditlog.ParseSigned(s); err == nil {
+			latest = max(latest, cp.Size)
+		}
+	}
+	switch {
+	case len(in.Checkpoints) == 0 && size > 0:
+		fmt.Fprintf(w, "no checkpoint has been signed yet: no signature covers events 1 to %d\n", size)
+	case size > latest:
+		fmt.Fprintf(w, "events %d to %d are after the latest checkpoint (size %d): no signature covers them yet\n", latest+1, size, latest)
+	}
+	fmt.Fprintf(w, "verified %s against %s; root %s; key %s\n", events, count(v.Checkpoints, "checkpoint"), base64.StdEncoding.EncodeToString(v.Root[:]), keyName(key))
+	return nil
+}
+
+// firstProblem is the smallest sequence number a problem names (a saved
+// checkpoint's own problem names none: 0).
+func firstProblem(v *auditlog.Verification) uint64 {
+	first := v.Problems[0].Seq
+	for _, p := range v.Problems {
+		if p.Seq != 0 && (first == 0 || p.Seq < first) {
+			first = p.Seq
+		}
+	}
+	return first
+}
+
+// withContext stops a stream when ctx ends.
+func withContext(ctx context.Context, s auditlog.Stream) auditlog.Stream {
+	return withProgress(ctx, s, nil)
+}
+
+// withProgress counts the events a stream yields on a progress line on w,
+// a terminal, at most four times a second, and clears it at the end; it
+// stops the stream when ctx ends.
+func withProgress(ctx context.Context, s auditlog.Stream, w io.Writer) auditlog.Stream {
+	return func(yield func(uint64, []byte, []byte) bool) error {
+		var n uint64
+		last := time.Now()
+		shown := false
+		var stopped error
+		err := s(func(seq uint64, canonical []byte, leaf []byte) bool {
+			n++
+			if n%4096 == 0 {
+				if err := ctx.Err(); err != nil {
+					stopped = err
+					return false
+				}
+				if w != nil && time.Since(last) >= 250*time.Millisecond {
+					fmt.Fprintf(w, "\rwriterd audit verify: %d events read", n)
+					last, shown = time.Now(), true
+				}
+			}
+			return yield(seq, canonical, leaf)
+		})
+		if shown {
+			fmt.Fprintf(w, "\r%s\r", strings.Repeat(" ", 60))
+		}
+		return errors.Join(err, stopped)
+	}
+}
