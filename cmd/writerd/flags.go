@@ -77,7 +77,7 @@ func (fs *flagSet) printUsage(w io.Writer) {
 	fmt.Fprint(w, fs.usage)
 	fs.VisitAll(func(f *flag.Flag) {
 		name, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
+		line := "  " + dashed(f.Name)
 		if name != "" {
 			line += " " + name
 		}
@@ -142,6 +142,15 @@ func (fs *flagSet) explain(err error) string {
 func (fs *flagSet) label(name string) string {
 	if fs.fromEnv[name] {
 		return envName(name)
+	}
+	return dashed(name)
+}
+
+// dashed writes a flag's name as the usage does: -o for a letter, --data
+// for a word.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
 	}
 	return "--" + name
 }
