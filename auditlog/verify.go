@@ -111,15 +111,21 @@ func Verify(in Input) (*Verification, error) {
 		return nil, err
 	}
 	var (
-		next     = in.Prefix.Size + 1
-		broken   bool   // a structural problem: later roots cannot match
-		lastGood uint64 // the largest size whose root matched
+		next   = in.Prefix.Size + 1
+		broken bool // a structural problem: later roots cannot match
+		// The largest size whose root matched; the prefix's events are
+		// not in the input, so a problem is at the first event after it.
+		lastGood = in.Prefix.Size
 	)
 	// Checkpoints within the prefix cannot be checked against events.
 	for len(want) > 0 && want[0].c.Size < in.Prefix.Size {
 		want = want[1:]
 	}
 	check := func() {
+		// A checkpoint whose root does not match departs after the last
+		// smaller size that matched, not after another checkpoint of its
+		// own size (the log's, when a saved one does not match).
+		below := lastGood
 		for len(want) > 0 && want[0].c.Size == next-1 {
 			c := want[0]
 			want = want[1:]
@@ -134,9 +140,9 @@ func Verify(in Input) (*Verification, error) {
 				continue // the earlier problem explains it
 			}
 			if c.saved {
-				v.problem(lastGood+1, ProblemNotExtension, "The log does not extend the saved checkpoint of size %d: its first %d events have another root; an event at or after %d was changed.", c.c.Size, c.c.Size, lastGood+1)
+				v.problem(below+1, ProblemNotExtension, "The log does not extend the saved checkpoint of size %d: its first %d events have another root; an event at or after %d was changed.", c.c.Size, c.c.Size, below+1)
 			} else {
-				v.problem(lastGood+1, ProblemEdited, "The first %d events do not hash to the root the checkpoint of size %d signed: an event at or after %d was changed.", c.c.Size, c.c.Size, lastGood+1)
+				v.problem(below+1, ProblemEdited, "The first %d events do not hash to the root the checkpoint of size %d signed: an event at or after %d was changed.", c.c.Size, c.c.Size, below+1)
 			}
 			broken = true
 		}
