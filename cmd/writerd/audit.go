@@ -579,14 +579,10 @@ func commandLine(fs *flagSet, replace map[string]string, last string) string {
 			v = fs.Lookup(n).Value.String()
 		}
 		if isBoolFlag(fs.Lookup(n)) {
-			parts = append(parts, "--"+n)
+			parts = append(parts, dashed(n))
 			continue
 		}
-		dash := "--"
-		if len(n) == 1 {
-			dash = "-"
-		}
-		parts = append(parts, dash+n, shellQuote(v))
+		parts = append(parts, dashed(n), shellQuote(v))
 	}
 	return strings.Join(parts, " ")
 }
