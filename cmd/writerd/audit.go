@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -227,7 +228,7 @@ func (a *auditFrom) open(ctx context.Context) (source, error) {
 	}
 	token := os.Getenv("WRITERD_TOKEN")
 	if a.tokenFile != "" {
-		b, err := os.ReadFile(a.tokenFile)
+		b, err := os.ReadFile(expandHome(a.tokenFile))
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the token file: %w", pathless(err))
 		}
@@ -245,7 +246,7 @@ func (a *auditFrom) open(ctx context.Context) (source, error) {
 
 // loopbackHost reports whether a URL's host is localhost or a loopback IP.
 func loopbackHost(host string) bool {
-	return loopbackAddr(host + ":0")
+	return loopbackAddr(net.JoinHostPort(host, "0"))
 }
 
 // verifier returns the key that checks the log's checkpoints, the key's
