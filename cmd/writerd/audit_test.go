@@ -520,3 +520,66 @@ func shellWords(t testing.TB, s string) []string {
 	}
 	return words
 }
+
+// Ensure show says whether the signed tree holds an event: included,
+// after the latest checkpoint, or no checkpoint yet; and verify names the
+// events no signature covers yet.
+func TestAuditShow_Inclusion(t *testing.T) {
+	now := time.Now()
+	events := []seeded{
+		{5 * time.Hour, "create_widget", "alice", "ok", "", "k-00000001", []auditlog.Target{widget("W1", 1)}},
+		{4 * time.Hour, "update_widget", "alice", "ok", "", "k-00000002", []auditlog.Target{widget("W1", 2)}},
+		{3 * time.Hour, "update_widget", "bob", "failed", "REVISION_CONFLICT", "k-00000003", []auditlog.Target{widget("W1", 2)}},
+		{2 * time.Hour, "create_widget", "bob", "ok", "", "k-00000004", nil},
+		{1 * time.Hour, "update_widget", "bob", "ok", "", "k-00000005", []auditlog.Target{widget("W1", 3)}},
+	}
+	signed := mustSeedLog(t, now, events, 3)
+	unsigned := mustSeedLog(t, now, events)
+	for _, tt := range []struct {
+		dir, ref, status, line string
+	}{
+		{signed, "2", "included", "inclusion:        included in the signed tree of size 3\n"},
+		{signed, "3", "included", "code:             REVISION_CONFLICT\nstatus:           409\n"},
+		{signed, "4", "after_checkpoint", "targets:          -\n"},
+		{signed, "5", "after_checkpoint", "inclusion:        after the latest checkpoint (size 3): not yet covered by a signature\n"},
+		{unsigned, "1", "no_checkpoint", "inclusion:        no checkpoint has been signed yet: not yet covered by a signature\n"},
+	} {
+		r := mustAudit(t, nil, "show", tt.ref, "--data", tt.dir)
+		if r.code != 0 || !strings.Contains(r.stdout, tt.line) || !strings.HasPrefix(r.stdout, "seq:              "+tt.ref+"\n") {
+			t.Errorf("show %s: exit %d, want a line %q\n%s%s", tt.ref, r.code, tt.line, r.stdout, r.stderr)
+		}
+		r = mustAudit(t, nil, "show", "--data", tt.dir, "-o", "json", tt.ref)
+		var shown struct {
+			Event     auditlog.Event `json:"event"`
+			Inclusion struct {
+				Status string `json:"status"`
+			} `json:"inclusion"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &shown); err != nil || r.code != 0 || shown.Event.Seq != mustUint(t, tt.ref) || shown.Inclusion.Status != tt.status {
+			t.Errorf("show %s -o json: exit %d %v\n%s", tt.ref, r.code, err, r.stdout)
+		}
+	}
+	if r := mustAudit(t, nil, "show", "6", "--data", signed); r.code != 1 || r.stderr != "writerd: the audit log has no event 6\n" {
+		t.Errorf("show 6: exit %d %s", r.code, r.stderr)
+	}
+	r := mustVerifyPasses(t, "--data", signed)
+	if !strings.HasPrefix(r.stdout, "events 4 to 5 are after the latest checkpoint (size 3): no signature covers them yet\nverified 5 events against 1 checkpoint; ") {
+		t.Errorf("verify, signed to 3:\n%s", r.stdout)
+	}
+	r = mustVerifyPasses(t, "--data", unsigned)
+	if !strings.HasPrefix(r.stdout, "no checkpoint has been signed yet: no signature covers events 1 to 5\nverified 5 events against 0 checkpoints; ") {
+		t.Errorf("verify, unsigned:\n%s", r.stdout)
+	}
+	if r := mustAudit(t, nil, "checkpoint", "--data", unsigned); r.code != 1 || !strings.Contains(r.stderr, "no signed checkpoint yet") {
+		t.Errorf("checkpoint, unsigned: exit %d %s", r.code, r.stderr)
+	}
+}
+
+func mustUint(t testing.TB, s string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -225,7 +225,7 @@ func (c *auditVerify) report(v *auditlog.Verification, in auditlog.Input, key no
 		if seq := firstProblem(v); seq != 0 {
 			first = fmt.Sprintf(", the first at event %d", seq)
 		}
-		fmt.Fprintf(w, "verification failed: %s%s; %s read; %d of %d checkpoints verified\n",
+		fmt.Fprintf(w, "verification failed: %s%s; %s and %d of %d checkpoints verified\n",
 			count(len(v.Problems), "problem"), first, events, v.Checkpoints, len(in.Checkpoints))
 		return errProblems
 	}

@@ -77,7 +77,7 @@ func mustVerifyFails(t testing.TB, first string, args ...string) ran {
 	return r
 }
 
-var verifiedRE = regexp.MustCompile(`^verified (\d+ events|events \d+ to \d+) against \d+ checkpoints?; root [A-Za-z0-9+/]{43}=; key writerd/[0-9a-f]+\+[0-9a-f]{8}$`)
+var verifiedRE = regexp.MustCompile(`^verified (\d+ events|events \d+ to \d+) against \d+ checkpoints?; root [A-Za-z0-9+/]{43}=; key writerd/\S+\+[0-9a-f]{8}$`)
 
 // mustVerifyPasses runs verify and checks that it exits 0 with the summary
 // line that ends its output, which it returns.
@@ -119,6 +119,11 @@ func TestAuditVerify_Tampering(t *testing.T) {
 			return events.Put(key8(7), v)
 		})
 		mustVerifyFails(t, "event 7: edited: ", "--data", copied)
+		r := mustAudit(t, nil, "show", "7", "--data", copied)
+		if r.code != 1 || !strings.Contains(r.stdout, "principal:        Agent\n") ||
+			!strings.Contains(r.stdout, "inclusion:        FAILED: event 7 is not the one the signed tree of size 24 holds") {
+			t.Errorf("show 7: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
 	})
 	t.Run("one event deleted", func(t *testing.T) {
 		copied := mustCopyDir(t, dir)
