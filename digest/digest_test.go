@@ -295,28 +295,31 @@ func TestRequest_KnownAnswer(t *testing.T) {
 }
 
 // Ensure arguments that are not one valid JSON object are an error, not a panic.
-func TestRequest_RejectsInvalid(t *testing.T) {
+func TestCanonicalArgs_RejectsInvalid(t *testing.T) {
 	for _, args := range []string{
 		``, ` `, `[]`, `"x"`, `1`, `null`, `true`, `{`, `{"a":1,"a":2}`, `{"a":{"b":1,"b":2}}`,
 		`{"idempotency_key":"a","idempotency_key":"b"}`, `{"a":1} {}`, `{"a":1}x`,
 		`{"a":"\ud800"}`, "{\"a\":\"\xff\"}", `{"a":1e400}`, `{"idempotency_key":1e400}`,
 	} {
-		if d, err := digest.Request("create_project", []byte(args)); err == nil {
-			t.Errorf("Request(%q) = %s, want error", args, d)
+		if a, err := digest.CanonicalArgs([]byte(args)); err == nil {
+			t.Errorf("CanonicalArgs(%q) = %s, want error", args, a.Bytes())
 		} else if !strings.HasPrefix(err.Error(), "digest: ") {
-			t.Errorf("Request(%q) error %q lacks the package prefix", args, err)
+			t.Errorf("CanonicalArgs(%q) error %q lacks the package prefix", args, err)
 		}
 	}
 }
 
 func ExampleRequest() {
-	d, err := digest.Request("create_project", []byte(`{"name": "a", "idempotency_key": "k-00000001"}`))
+	args, err := digest.CanonicalArgs([]byte(`{"name": "a", "idempotency_key": "k-00000001"}`))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(d)
-	// Output: 8af99ed68a0c4d9277c8c6d8994db072ae9c1d8b23cb272013913780bfe0fbc8
+	fmt.Println(string(args.Bytes()))
+	fmt.Println(digest.Request("create_project", args))
+	// Output:
+	// {"idempotency_key":"k-00000001","name":"a"}
+	// 8af99ed68a0c4d9277c8c6d8994db072ae9c1d8b23cb272013913780bfe0fbc8
 }
 
 func ExampleCanonical() {
@@ -342,6 +345,10 @@ func FuzzCanonical(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c, err := digest.Canonical(in)
+		want, werr := referenceCanonical(in)
+		if (err == nil) != (werr == nil) || !bytes.Equal(c, want) {
+			t.Fatalf("Canonical(%q) = %q, %v; the reference gives %q, %v", in, c, err, want, werr)
+		}
 		if err != nil {
 			return
 		}
@@ -370,14 +377,18 @@ func FuzzRequest(f *testing.F) {
 	f.Add("", []byte(`{"a":"\u0000"}`))
 	f.Add("a\x00b", []byte(`{"\u20ac":[1,2]}`))
 	f.Fuzz(func(t *testing.T, tool string, args []byte) {
-		d, err := digest.Request(tool, args)
+		d, err := request(tool, args)
+		want, werr := referenceRequest(tool, args)
+		if (err == nil) != (werr == nil) || d != want {
+			t.Fatalf("Request(%q, %q) = %s, %v; the reference says %s, %v", tool, args, d, err, want, werr)
+		}
 		if err != nil {
 			return
 		}
 		if len(d) != 2*sha256.Size || strings.ToLower(d) != d {
 			t.Fatalf("digest %q is not lowercase hex SHA-256", d)
 		}
-		if got, err := digest.Request(tool, respell(t, args)); err != nil || got != d {
+		if got, err := request(tool, respell(t, args)); err != nil || got != d {
 			t.Fatalf("respelled %q: digest %s, %v; want %s", args, got, err, d)
 		}
 		var members map[string]jsontext.Value
@@ -390,10 +401,10 @@ func FuzzRequest(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := digest.Request(tool, rekeyed); err != nil || got != d {
+		if got, err := request(tool, rekeyed); err != nil || got != d {
 			t.Fatalf("rekeyed %q: digest %s, %v; want %s", rekeyed, got, err, d)
 		}
-		if got, _ := digest.Request(tool+"x", args); got == d {
+		if got, _ := request(tool+"x", args); got == d {
 			t.Fatalf("tools %q and %q share digest %s", tool, tool+"x", d)
 		}
 	})
@@ -490,11 +501,21 @@ func mustCanonical(tb testing.TB, in, want string) {
 
 func mustRequest(tb testing.TB, tool, args string) string {
 	tb.Helper()
-	d, err := digest.Request(tool, []byte(args))
+	d, err := request(tool, []byte(args))
 	if err != nil {
 		tb.Fatalf("Request(%q, %q): %v", tool, args, err)
 	}
 	return d
+}
+
+// request is the digest of a call as the pipeline takes it: the arguments
+// canonicalized once, then digested.
+func request(tool string, args []byte) (string, error) {
+	a, err := digest.CanonicalArgs(args)
+	if err != nil {
+		return "", err
+	}
+	return digest.Request(tool, a), nil
 }
 
 func mustRead(tb testing.TB, path string) []byte {

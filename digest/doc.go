@@ -22,10 +22,25 @@
 // Two calls whose arguments differ only in member order, whitespace or string
 // escapes therefore share a digest; any other difference changes it.
 //
-// Canonicalization is delegated to [jsontext.Value.Canonicalize] of
-// github.com/go-json-experiment/json; this package adds only the framing and
-// a refusal of numbers that overflow a double, which the library would
-// otherwise saturate to ±1.7976931348623157e+308.
+// A call's arguments are canonicalized once, by [ParseArgs] or
+// [CanonicalArgs], into [Args]: the pipeline decodes the call's input from
+// [Args.Bytes], and [Request] hashes the same bytes without their two
+// top-level members, without canonicalizing again. [ParseArgs] takes a
+// [Visitor] that sees every token before it is written, so that the strict
+// parse's own rules and its schema check run in the same pass.
+//
+// Canonicalization is this package's own single-pass parser (canon.go):
+// strict RFC 8259 JSON, UTF-8 checked, escapes decoded and written back in
+// their minimal form, numbers written as ECMAScript writes their double,
+// and each object's members sorted by the UTF-16 code units of their names
+// once the object closes. Tests hold it to exactly the bytes and the
+// refusals of [jsontext.Value.Canonicalize] of
+// github.com/go-json-experiment/json, which it replaced for speed (with
+// the overflow check it read each text twice, and a call was canonicalized
+// three times), except that it refuses numbers beyond the double range, which jsontext
+// saturates to ±1.7976931348623157e+308. Refusals are an [*Error] that
+// names the reason (ErrSyntax, ErrDuplicate, …), the byte offset and the
+// JSON Pointer.
 //
 // Caveats:
 //
@@ -37,7 +52,7 @@
 //   - The package relies on the strict parse to have refused such integers,
 //     lone surrogates, invalid UTF-8 and duplicate member names. It still
 //     returns an error rather than panicking on any input that is not valid
-//     JSON (and, for [Request], not an object), but the strict parse is the
-//     place that decides what a request may contain.
+//     JSON (and, for [CanonicalArgs], not an object), but the strict parse is
+//     the place that decides what a request may contain.
 //   - The functions are pure: they read only their arguments and never modify them.
 package digest

@@ -40,33 +40,33 @@ const maxSafeInteger = 1<<53 - 1
 // 1.0 and 1e2 as integers, and canonical form writes them as Go decodes
 // integers. Every error is an *Error whose message names the argument by
 // JSON Pointer and the rule it broke, and never a value the caller sent.
-func (t *Tool) parse(args []byte, lim Limits) (in any, canonical []byte, err error) {
+func (t *Tool) parse(args []byte, lim Limits) (in any, canonical digest.Args, err error) {
 	if len(args) > lim.MaxBytes {
-		return nil, nil, rejection(InputTooLarge, "max_bytes", "The arguments are larger than %d bytes.", lim.MaxBytes)
+		return nil, canonical, rejection(InputTooLarge, "max_bytes", "The arguments are larger than %d bytes.", lim.MaxBytes)
 	}
 	tree, err := t.scan(args, lim)
 	if err != nil {
-		return nil, nil, err
+		return nil, canonical, err
 	}
 	if err := t.input.Validate(tree); err != nil {
 		var ve *validator.ValidationError
 		if !errors.As(err, &ve) {
-			return nil, nil, Wrap(Internal, err, InternalMessage)
+			return nil, canonical, Wrap(Internal, err, InternalMessage)
 		}
-		return nil, nil, t.schemaError(ve)
+		return nil, canonical, t.schemaError(ve)
 	}
 	// The scan has refused everything canonicalization could fail on or
 	// change the meaning of; an error here, like one from decode, is a bug
 	// of ours, not the caller's.
-	if canonical, err = digest.Canonical(args); err != nil {
-		return nil, nil, Wrap(Internal, fmt.Errorf("canonicalize checked arguments: %w", err), InternalMessage)
+	if canonical, err = digest.CanonicalArgs(args); err != nil {
+		return nil, canonical, Wrap(Internal, fmt.Errorf("canonicalize checked arguments: %w", err), InternalMessage)
 	}
-	if in, err = t.decode(canonical); err != nil {
-		return nil, nil, Wrap(Internal, fmt.Errorf("decode checked arguments: %w", err), InternalMessage)
+	if in, err = t.decode(canonical.Bytes()); err != nil {
+		return nil, canonical, Wrap(Internal, fmt.Errorf("decode checked arguments: %w", err), InternalMessage)
 	}
 	if v, ok := in.(Validator); ok {
 		if err := v.Validate(); err != nil {
-			return nil, nil, validateError(err)
+			return nil, canonical, validateError(err)
 		}
 	}
 	return in, canonical, nil

@@ -147,10 +147,7 @@ func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte)
 	if t.ReadOnly {
 		return p.read(ctx, c, t, in)
 	}
-	d, err := digest.Request(tool, canonical)
-	if err != nil {
-		return p.reject(ctx, Wrap(Internal, err, InternalMessage))
-	}
+	d := digest.Request(tool, canonical) // stage 4
 	key := in.(keyed).idempotencyKey()
 	if res := p.lookup(ctx, c, key, d); res != nil { // stage 5
 		return res
