@@ -17,9 +17,14 @@
 //
 // The strict parse enforces the same JSON Schema that tools/list
 // advertises, generated from the tool's Go input type by invopop/jsonschema
-// and compiled by santhosh-tekuri/jsonschema; the token scan before it
-// enforces what a schema cannot express (duplicate members, invalid UTF-8,
-// lone surrogates, nesting depth, integers beyond ±(2^53−1), trailing data).
+// and compiled by validate.go into a checker of writerd's own, which
+// refuses to compile any keyword it does not enforce; a differential fuzz
+// test holds it to santhosh-tekuri/jsonschema's verdicts and codes. One
+// pass over the arguments (digest.ParseArgs, with parse.go's Visitor)
+// checks them as JSON, enforces what a schema cannot express (duplicate
+// members, invalid UTF-8, lone surrogates, nesting depth, integers beyond
+// ±(2^53−1), trailing data), canonicalizes them for the digest and the
+// decoding, and lays them out as the tape the schema check walks.
 // Messages name the argument by JSON Pointer and the rule it broke, never a
 // value the caller sent; a pointer stops before any member name the schema
 // does not define, since such a name is the caller's text too.

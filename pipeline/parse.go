@@ -1,20 +1,14 @@
 package pipeline
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/go-json-experiment/json/jsontext"
-	validator "github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"sync"
 
 	"github.com/writerd/writerd/digest"
 )
@@ -33,34 +27,20 @@ var DefaultLimits = Limits{MaxBytes: 128 << 10, MaxDepth: 16}
 // doubles, so two different requests could share a digest.
 const maxSafeInteger = 1<<53 - 1
 
-// parse runs stages 2 and 3: the limits, then the strict parse against the
-// tool's schema, then the decoding into the tool's input type. It returns
-// the input and the arguments in canonical form (RFC 8785), from which the
-// input was decoded and the request digest is computed: JSON Schema counts
-// 1.0 and 1e2 as integers, and canonical form writes them as Go decodes
-// integers. Every error is an *Error whose message names the argument by
-// JSON Pointer and the rule it broke, and never a value the caller sent.
+// parse runs stages 2 and 3: the limits, the strict parse against the
+// tool's schema, the decoding into the tool's input type and the input's
+// own rules. It returns the input and the arguments in canonical form (RFC
+// 8785), from which the input was decoded and the request digest is
+// computed: JSON Schema counts 1.0 and 1e2 as integers, and canonical form
+// writes them as Go decodes integers. Every error is an *Error whose
+// message names the argument by JSON Pointer and the rule it broke, and
+// never a value the caller sent.
 func (t *Tool) parse(args []byte, lim Limits) (in any, canonical digest.Args, err error) {
-	if len(args) > lim.MaxBytes {
-		return nil, canonical, rejection(InputTooLarge, "max_bytes", "The arguments are larger than %d bytes.", lim.MaxBytes)
-	}
-	tree, err := t.scan(args, lim)
-	if err != nil {
+	if canonical, err = t.check(args, lim); err != nil {
 		return nil, canonical, err
 	}
-	if err := t.input.Validate(tree); err != nil {
-		var ve *validator.ValidationError
-		if !errors.As(err, &ve) {
-			return nil, canonical, Wrap(Internal, err, InternalMessage)
-		}
-		return nil, canonical, t.schemaError(ve)
-	}
-	// The scan has refused everything canonicalization could fail on or
-	// change the meaning of; an error here, like one from decode, is a bug
-	// of ours, not the caller's.
-	if canonical, err = digest.CanonicalArgs(args); err != nil {
-		return nil, canonical, Wrap(Internal, fmt.Errorf("canonicalize checked arguments: %w", err), InternalMessage)
-	}
+	// The check has refused everything the decoding could fail on; an
+	// error here is a bug of ours, not the caller's.
 	if in, err = t.decode(canonical.Bytes()); err != nil {
 		return nil, canonical, Wrap(Internal, fmt.Errorf("decode checked arguments: %w", err), InternalMessage)
 	}
@@ -82,86 +62,114 @@ func validateError(err error) *Error {
 	return Wrap(Internal, fmt.Errorf("validate checked arguments: %w", err), InternalMessage)
 }
 
-// scan reads the arguments token by token and builds the tree the schema
-// validator checks. It enforces what a schema cannot see: well-formed JSON
-// and UTF-8, no lone surrogates, no duplicate members, nesting depth, finite
-// numbers within ±(2^53−1) for integers, one object and nothing after it.
+// check is the strict parse without the decoding: the limits, then one
+// pass over the arguments that checks them as JSON, enforces the depth
+// limit and the rules on numbers, canonicalizes them and lays them out as
+// a tape, then the schema check on the tape. What one pass refuses: not
+// well-formed JSON or UTF-8, lone surrogates, duplicate members, nesting
+// beyond the limit, numbers not finite, integers beyond ±(2^53−1), numbers
+// that underflow to zero, anything but one object or anything after it.
 // Memory grows only with the (already bounded) input.
-func (t *Tool) scan(args []byte, lim Limits) (map[string]any, error) {
-	d := jsontext.NewDecoder(bytes.NewReader(args))
-	tok, err := d.ReadToken()
+func (t *Tool) check(args []byte, lim Limits) (digest.Args, error) {
+	if len(args) > lim.MaxBytes {
+		return digest.Args{}, rejection(InputTooLarge, "max_bytes", "The arguments are larger than %d bytes.", lim.MaxBytes)
+	}
+	tp := tapes.Get().(*tape)
+	defer tp.release()
+	tp.maxDepth = lim.MaxDepth
+	canonical, err := digest.ParseArgs(args, tp.visitor)
 	if err != nil {
-		return nil, t.syntaxError(d, err)
+		return digest.Args{}, t.parseError(err)
 	}
-	if tok.Kind() != '{' {
-		return nil, rejection(InvalidInput, "not_object", "The arguments must be a JSON object.")
+	c := &tp.checker
+	c.tape = tp.entries
+	if !c.check(t.input, 0) {
+		return digest.Args{}, t.schemaError(c.errs)
 	}
-	v, err := t.scanValue(d, tok, lim)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := d.ReadToken(); err != io.EOF {
-		return nil, rejection(InvalidInput, "trailing_data", "The arguments must be one JSON object with nothing after it.")
-	}
-	return v.(map[string]any), nil
+	return canonical, nil
 }
 
-func (t *Tool) scanValue(d *jsontext.Decoder, tok jsontext.Token, lim Limits) (any, error) {
-	switch tok.Kind() {
+// tape is the arguments as the schema check reads them: every value in
+// document order, built by the parse's Visitor.
+type tape struct {
+	entries  []tapeEntry
+	open     []int32 // the open objects and arrays
+	arena    []byte  // the values of strings, names and numbers
+	maxDepth int
+	visitor  digest.Visitor // visit, bound once
+	checker  checker
+}
+
+var tapes = sync.Pool{New: func() any {
+	tp := new(tape)
+	tp.visitor = tp.visit
+	return tp
+}}
+
+func (tp *tape) release() {
+	clear(tp.entries) // drop the values
+	tp.entries, tp.open, tp.arena = tp.entries[:0], tp.open[:0], tp.arena[:0]
+	tp.checker = checker{errs: tp.checker.errs[:0], path: tp.checker.path[:0]}
+	if cap(tp.arena) > 256<<10 {
+		tp.arena = nil
+	}
+	tapes.Put(tp)
+}
+
+// visitRefusal is a rule the Visitor found broken; parseError renders it
+// with the pointer the parser gives.
+type visitRefusal struct {
+	code Code
+	rule string
+	what string // the sentence after the argument's name
+}
+
+func (r *visitRefusal) Error() string { return r.what }
+
+func (tp *tape) visit(tok digest.Token) error {
+	switch tok.Kind {
+	case '}', ']':
+		i := tp.open[len(tp.open)-1]
+		tp.open = tp.open[:len(tp.open)-1]
+		tp.entries[i].next = int32(len(tp.entries))
+		return nil
+	case 'k':
+		tp.entries[tp.open[len(tp.open)-1]].count++
+		i := len(tp.entries)
+		tp.entries = append(tp.entries, tapeEntry{kind: 'k', val: tp.keep(tok.Text), next: int32(i + 1)})
+		return nil
+	}
+	if n := len(tp.open); n > 0 {
+		if parent := &tp.entries[tp.open[n-1]]; parent.kind == '[' {
+			parent.count++
+		}
+	}
+	i := len(tp.entries)
+	e := tapeEntry{kind: tok.Kind, next: int32(i + 1)}
+	switch tok.Kind {
 	case '{', '[':
-		if d.StackDepth() > lim.MaxDepth {
-			return nil, rejection(InputTooLarge, "max_depth", "%s is nested deeper than %d levels.", t.at(string(d.StackPointer())), lim.MaxDepth)
+		if len(tp.open)+1 > tp.maxDepth {
+			return &visitRefusal{InputTooLarge, "max_depth", fmt.Sprintf("is nested deeper than %d levels", tp.maxDepth)}
 		}
-	}
-	switch tok.Kind() {
-	case 'n':
-		return nil, nil
-	case 'f', 't':
-		return tok.Bool(), nil
+		tp.open = append(tp.open, int32(i))
 	case '"':
-		return tok.String(), nil
+		e.val = tp.keep(tok.Text)
 	case '0':
-		raw := tok.String()
-		if err := checkNumber(raw); err != nil {
-			return nil, rejection(InvalidInput, "number", "%s %s.", t.at(string(d.StackPointer())), err.Error())
+		f, err := parseNumber(tok.Text)
+		if err != nil {
+			return &visitRefusal{InvalidInput, "number", err.Error()}
 		}
-		return json.Number(raw), nil
-	case '{':
-		obj := make(map[string]any)
-		for {
-			tok, err := d.ReadToken()
-			if err != nil {
-				return nil, t.syntaxError(d, err)
-			}
-			if tok.Kind() == '}' {
-				return obj, nil
-			}
-			name := tok.String()
-			if tok, err = d.ReadToken(); err != nil {
-				return nil, t.syntaxError(d, err)
-			}
-			if obj[name], err = t.scanValue(d, tok, lim); err != nil {
-				return nil, err
-			}
-		}
-	case '[':
-		arr := []any{}
-		for {
-			tok, err := d.ReadToken()
-			if err != nil {
-				return nil, t.syntaxError(d, err)
-			}
-			if tok.Kind() == ']' {
-				return arr, nil
-			}
-			v, err := t.scanValue(d, tok, lim)
-			if err != nil {
-				return nil, err
-			}
-			arr = append(arr, v)
-		}
+		e.val, e.f = tp.keep(tok.Text), f
 	}
-	return nil, rejection(InvalidInput, "syntax", "The arguments are not valid JSON.")
+	tp.entries = append(tp.entries, e)
+	return nil
+}
+
+// keep copies a token's text, valid only during the visit, into the arena.
+func (tp *tape) keep(b []byte) []byte {
+	start := len(tp.arena)
+	tp.arena = append(tp.arena, b...)
+	return tp.arena[start:len(tp.arena):len(tp.arena)]
 }
 
 // Invalid returns the INVALID_INPUT of an input's Validate (see Validator).
@@ -181,20 +189,28 @@ func rejection(code Code, rule, format string, args ...any) *Error {
 	return e
 }
 
-// checkNumber refuses numbers whose canonical form would not be exact: not
-// finite as a double, an integer beyond ±(2^53−1), or a nonzero number that
-// rounds to zero. Its error is a rule, never the number.
-func checkNumber(raw string) error {
+// parseNumber reads a number and refuses one whose canonical form would not
+// be exact: not finite as a double, an integer beyond ±(2^53−1), or a
+// nonzero number that rounds to zero. Its error is a rule, never the
+// number.
+func parseNumber(lit []byte) (float64, error) {
+	if len(lit) <= 15 && isDigits(lit) { // exact, and within ±(2^53−1)
+		n, err := strconv.ParseInt(string(lit), 10, 64)
+		if err == nil {
+			return float64(n), nil
+		}
+	}
+	raw := string(lit)
 	f, err := strconv.ParseFloat(raw, 64)
 	switch {
 	case err != nil || math.IsInf(f, 0) || math.IsNaN(f):
-		return errors.New("must be a finite number")
+		return 0, errors.New("must be a finite number")
 	case f == math.Trunc(f) && math.Abs(f) > maxSafeInteger:
-		return errors.New("must be an integer within ±(2^53−1)")
+		return 0, errors.New("must be an integer within ±(2^53−1)")
 	case f == 0 && !isZeroMantissa(raw):
-		return errors.New("must not be too small to represent")
+		return 0, errors.New("must not be too small to represent")
 	}
-	return nil
+	return f, nil
 }
 
 // isZeroMantissa reports whether a JSON number's digits before any exponent
@@ -204,26 +220,34 @@ func isZeroMantissa(raw string) bool {
 	return !strings.ContainsAny(mant, "123456789")
 }
 
-// syntaxError turns a jsontext error into a fixed sentence. The library's
-// own text quotes the input, so it is never passed on.
-func (t *Tool) syntaxError(d *jsontext.Decoder, err error) *Error {
-	var se *jsontext.SyntacticError
-	if !errors.As(err, &se) {
-		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-			return rejection(InvalidInput, "syntax", "The arguments are not valid JSON: they end too early.")
-		}
-		return rejection(InvalidInput, "syntax", "The arguments are not valid JSON.")
+// parseError turns a refusal of the parse into a fixed sentence: the
+// argument, named by at, and the rule.
+func (t *Tool) parseError(err error) *Error {
+	var de *digest.Error
+	if !errors.As(err, &de) {
+		return Wrap(Internal, err, InternalMessage)
 	}
-	at := t.at(string(se.JSONPointer))
-	switch msg := se.Err.Error(); {
-	case errors.Is(se.Err, jsontext.ErrDuplicateName):
+	at := t.at(de.Pointer)
+	var vr *visitRefusal
+	switch {
+	case errors.As(de.Err, &vr):
+		return rejection(vr.code, vr.rule, "%s %s.", at, vr.what)
+	case errors.Is(de.Err, digest.ErrDuplicate):
 		return rejection(InvalidInput, "duplicate_member", "%s is a duplicate member: each member may appear once.", at)
-	case strings.Contains(msg, "UTF-8"):
+	case errors.Is(de.Err, digest.ErrUTF8):
 		return rejection(InvalidInput, "utf8", "%s contains invalid UTF-8.", at)
-	case strings.Contains(msg, "surrogate"):
+	case errors.Is(de.Err, digest.ErrSurrogate):
 		return rejection(InvalidInput, "surrogate", "%s contains a lone surrogate escape.", at)
-	case errors.Is(se.Err, io.ErrUnexpectedEOF):
+	case errors.Is(de.Err, digest.ErrTruncated):
 		return rejection(InvalidInput, "syntax", "The arguments are not valid JSON: they end too early.")
+	case errors.Is(de.Err, digest.ErrNotObject):
+		return rejection(InvalidInput, "not_object", "The arguments must be a JSON object.")
+	case errors.Is(de.Err, digest.ErrTrailing):
+		return rejection(InvalidInput, "trailing_data", "The arguments must be one JSON object with nothing after it.")
+	case errors.Is(de.Err, digest.ErrRange):
+		return rejection(InvalidInput, "number", "%s must be a finite number.", at)
+	case errors.Is(de.Err, digest.ErrDepth):
+		return rejection(InputTooLarge, "max_depth", "%s is nested too deep.", at)
 	default:
 		return rejection(InvalidInput, "syntax", "%s is not valid JSON (syntax).", at)
 	}
@@ -268,109 +292,97 @@ func pointer(loc []string) string {
 	return b.String()
 }
 
-// schemaError turns the validator's findings into one *Error: a broken size
-// limit first (INPUT_TOO_LARGE belongs to stage 2), then an unknown member
-// (a misspelt name would otherwise read as a missing one), then the rest in
-// document order.
-func (t *Tool) schemaError(ve *validator.ValidationError) *Error {
-	var leaves []*validator.ValidationError
-	var walk func(*validator.ValidationError)
-	walk = func(e *validator.ValidationError) {
-		switch e.ErrorKind.(type) {
-		case *kind.AnyOf, *kind.OneOf, *kind.AllOf, *kind.Not:
-			leaves = append(leaves, e) // one message for the whole group
-			return
-		}
-		if len(e.Causes) == 0 {
-			leaves = append(leaves, e)
-		}
-		for _, c := range e.Causes {
-			walk(c)
-		}
-	}
-	walk(ve)
-	if len(leaves) == 0 {
+// schemaError turns the schema check's findings into one *Error: a broken
+// size limit first (INPUT_TOO_LARGE belongs to stage 2), then an unknown
+// member (a misspelt name would otherwise read as a missing one), then the
+// rest in document order.
+func (t *Tool) schemaError(errs []schemaErr) *Error {
+	if len(errs) == 0 {
 		return rejection(InvalidInput, "schema", "The arguments do not match the tool's input schema.")
 	}
-	slices.SortStableFunc(leaves, func(a, b *validator.ValidationError) int {
-		return cmp.Compare(rank(a.ErrorKind), rank(b.ErrorKind))
-	})
-	e := t.ruleError(leaves[0])
-	if e.rule == "" {
-		e.rule = "schema" // a false subschema has no keyword
-		if kw := leaves[0].ErrorKind.KeywordPath(); len(kw) > 0 {
-			e.rule = kw[len(kw)-1]
-		}
-	}
-	return e
+	slices.SortStableFunc(errs, func(a, b schemaErr) int { return cmp.Compare(a.rank(), b.rank()) })
+	return t.ruleError(errs[0])
 }
 
-func rank(k validator.ErrorKind) int {
-	switch k.(type) {
-	case *kind.MaxLength, *kind.MaxItems, *kind.MaxProperties:
+func (e *schemaErr) rank() int {
+	switch {
+	case e.tooLarge():
 		return 0
-	case *kind.AdditionalProperties:
+	case e.rule == "additionalProperties":
 		return 1
 	}
 	return 2
 }
 
+// tooLarge reports whether the error is a size limit: INPUT_TOO_LARGE.
+func (e *schemaErr) tooLarge() bool {
+	switch e.rule {
+	case "maxLength", "maxItems", "maxProperties":
+		return true
+	case "propertyNames":
+		return e.nameRule == "maxLength"
+	}
+	return false
+}
+
 // ruleError is the catalogue of schema messages. Each names the rule and the
 // schema's own limit; none quotes the instance.
-func (t *Tool) ruleError(e *validator.ValidationError) *Error {
-	at := t.at(pointer(e.InstanceLocation))
-	switch k := e.ErrorKind.(type) {
-	case *kind.AdditionalProperties:
-		for _, p := range k.Properties {
+func (t *Tool) ruleError(e schemaErr) *Error {
+	at := t.at(e.at)
+	switch e.rule {
+	case "additionalProperties":
+		for _, p := range e.names {
 			for name := range t.names {
 				if strings.EqualFold(p, name) {
 					return rejection(InvalidInput, "case", "%s has a member that differs from %q only by case; member names are case-sensitive (additionalProperties).", at, name)
 				}
 			}
 		}
-		return Errorf(InvalidInput, "%s has a member the tool does not define (additionalProperties).", at)
-	case *kind.Required:
-		return Errorf(InvalidInput, "%s lacks the required member %q (required).", at, k.Missing[0])
-	case *kind.Type:
-		if k.Got == "null" {
-			return Errorf(InvalidInput, "%s must not be null (type).", at)
+		return rejection(InvalidInput, e.rule, "%s has a member the tool does not define (additionalProperties).", at)
+	case "required":
+		return rejection(InvalidInput, e.rule, "%s lacks the required member %q (required).", at, e.names[0])
+	case "type":
+		if e.null {
+			return rejection(InvalidInput, e.rule, "%s must not be null (type).", at)
 		}
-		return Errorf(InvalidInput, "%s must be of type %s (type).", at, strings.Join(k.Want, " or "))
-	case *kind.MaxLength:
-		return Errorf(InputTooLarge, "%s must be at most %d characters long (maxLength).", at, k.Want)
-	case *kind.MaxItems:
-		return Errorf(InputTooLarge, "%s must have at most %d items (maxItems).", at, k.Want)
-	case *kind.MaxProperties:
-		return Errorf(InputTooLarge, "%s must have at most %d members (maxProperties).", at, k.Want)
-	case *kind.MinLength:
-		return Errorf(InvalidInput, "%s must be at least %d characters long (minLength).", at, k.Want)
-	case *kind.MinItems:
-		return Errorf(InvalidInput, "%s must have at least %d items (minItems).", at, k.Want)
-	case *kind.MinProperties:
-		return Errorf(InvalidInput, "%s must have at least %d members (minProperties).", at, k.Want)
-	case *kind.Pattern:
-		return Errorf(InvalidInput, "%s must match the pattern %s (pattern).", at, k.Want)
-	case *kind.Minimum:
-		return Errorf(InvalidInput, "%s must be at least %s (minimum).", at, k.Want.RatString())
-	case *kind.Maximum:
-		return Errorf(InvalidInput, "%s must be at most %s (maximum).", at, k.Want.RatString())
-	case *kind.Enum:
-		return Errorf(InvalidInput, "%s must be one of the values the schema lists (enum).", at)
-	case *kind.Const:
-		return Errorf(InvalidInput, "%s must be the value the schema fixes (const).", at)
-	case *kind.Format:
-		return Errorf(InvalidInput, "%s must be a valid %s (format).", at, k.Want)
-	case *kind.PropertyNames:
-		return Errorf(InvalidInput, "%s has a member name that breaks the schema's naming rule (propertyNames).", at)
-	case *kind.UniqueItems:
-		return Errorf(InvalidInput, "%s must not repeat an item (uniqueItems).", at)
-	case *kind.Not:
-		return Errorf(InvalidInput, "%s matches a form the schema forbids (not).", at)
-	case *kind.FalseSchema:
-		return Errorf(InvalidInput, "%s is not allowed by the schema.", at)
-	case *kind.AnyOf, *kind.OneOf:
-		return Errorf(InvalidInput, "%s matches none of the forms the schema allows (%s).", at, e.ErrorKind.KeywordPath()[0])
+		return rejection(InvalidInput, e.rule, "%s must be of type %s (type).", at, e.want)
+	case "maxLength":
+		return rejection(InputTooLarge, e.rule, "%s must be at most %s characters long (maxLength).", at, e.want)
+	case "maxItems":
+		return rejection(InputTooLarge, e.rule, "%s must have at most %s items (maxItems).", at, e.want)
+	case "maxProperties":
+		return rejection(InputTooLarge, e.rule, "%s must have at most %s members (maxProperties).", at, e.want)
+	case "minLength":
+		return rejection(InvalidInput, e.rule, "%s must be at least %s characters long (minLength).", at, e.want)
+	case "minItems":
+		return rejection(InvalidInput, e.rule, "%s must have at least %s items (minItems).", at, e.want)
+	case "minProperties":
+		return rejection(InvalidInput, e.rule, "%s must have at least %s members (minProperties).", at, e.want)
+	case "pattern":
+		return rejection(InvalidInput, e.rule, "%s must match the pattern %s (pattern).", at, e.want)
+	case "minimum":
+		return rejection(InvalidInput, e.rule, "%s must be at least %s (minimum).", at, e.want)
+	case "maximum":
+		return rejection(InvalidInput, e.rule, "%s must be at most %s (maximum).", at, e.want)
+	case "enum":
+		return rejection(InvalidInput, e.rule, "%s must be one of the values the schema lists (enum).", at)
+	case "const":
+		return rejection(InvalidInput, e.rule, "%s must be the value the schema fixes (const).", at)
+	case "propertyNames":
+		code := InvalidInput
+		if e.tooLarge() {
+			code = InputTooLarge
+		}
+		return rejection(code, e.rule, "%s has a member name that breaks the schema's naming rule (propertyNames, %s).", at, e.nameRule)
+	case "uniqueItems":
+		return rejection(InvalidInput, e.rule, "%s must not repeat an item (uniqueItems).", at)
+	case "not":
+		return rejection(InvalidInput, e.rule, "%s matches a form the schema forbids (not).", at)
+	case "false":
+		return rejection(InvalidInput, "schema", "%s is not allowed by the schema.", at)
+	case "anyOf", "oneOf":
+		return rejection(InvalidInput, e.rule, "%s matches none of the forms the schema allows (%s).", at, e.rule)
 	default:
-		return Errorf(InvalidInput, "%s breaks the rule %s of the schema.", at, strings.Join(e.ErrorKind.KeywordPath(), "/"))
+		return rejection(InvalidInput, e.rule, "%s breaks the rule %s of the schema.", at, e.rule)
 	}
 }

@@ -92,11 +92,12 @@ type Tool struct {
 	InputSchema  json.RawMessage
 	OutputSchema json.RawMessage
 
-	input, output *validator.Schema
-	names         map[string]bool // every member name the input schema defines
-	newInput      func() any
-	run           func(ctx context.Context, op *Op, in any) (any, error)
-	preview       func(ctx context.Context, op *Op, in any) (any, error)
+	input    *schema           // enforced by the strict parse
+	output   *validator.Schema // checked before a result is committed
+	names    map[string]bool   // every member name the input schema defines
+	newInput func() any
+	run      func(ctx context.Context, op *Op, in any) (any, error)
+	preview  func(ctx context.Context, op *Op, in any) (any, error)
 }
 
 // Additive reports whether the tool only adds (a create): a write that
@@ -141,8 +142,11 @@ func Define[In, Out any](s Spec[In, Out]) (*Tool, error) {
 		t.preview = func(ctx context.Context, op *Op, in any) (any, error) { return s.Preview(ctx, op, in.(*In)) }
 	}
 	var err error
-	if t.InputSchema, t.input, err = schemaFor[In](s.Name + ".input.json"); err != nil {
+	if t.InputSchema, err = generateSchema[In](); err != nil {
 		return nil, fmt.Errorf("pipeline: tool %s: input schema: %w", s.Name, err)
+	}
+	if t.input, err = compileSchema(t.InputSchema); err != nil {
+		return nil, fmt.Errorf("pipeline: tool %s: input %w", s.Name, err)
 	}
 	if t.OutputSchema, t.output, err = schemaFor[Out](s.Name + ".output.json"); err != nil {
 		return nil, fmt.Errorf("pipeline: tool %s: output schema: %w", s.Name, err)
@@ -181,26 +185,35 @@ var reflector = jsonschema.Reflector{
 	Anonymous:      true,
 }
 
-func schemaFor[T any](name string) (json.RawMessage, *validator.Schema, error) {
+// generateSchema generates the schema of a Go type, integers bounded.
+func generateSchema[T any]() (json.RawMessage, error) {
 	s := reflector.ReflectFromType(reflect.TypeFor[T]())
 	boundIntegers(s)
-	raw, err := json.Marshal(s)
+	return json.Marshal(s)
+}
+
+// schemaFor generates the schema of a Go type and compiles it for
+// santhosh-tekuri/jsonschema (the output check).
+func schemaFor[T any](name string) (json.RawMessage, *validator.Schema, error) {
+	raw, err := generateSchema[T]()
 	if err != nil {
 		return nil, nil, err
 	}
+	compiled, err := compileReference(name, raw)
+	return raw, compiled, err
+}
+
+// compileReference compiles a schema for santhosh-tekuri/jsonschema.
+func compileReference(name string, raw []byte) (*validator.Schema, error) {
 	doc, err := validator.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	c := validator.NewCompiler()
 	if err := c.AddResource(name, doc); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	compiled, err := c.Compile(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	return raw, compiled, nil
+	return c.Compile(name)
 }
 
 // boundIntegers gives every integer without bounds of its own the bounds

@@ -1,0 +1,30 @@
+package pipeline
+
+import "testing"
+
+// The strict parse's stages, for the tests and benchmarks of pipeline_test
+// that run the built-in tools (which package pipeline cannot import).
+
+// Check is the strict parse without the decoding: it returns the
+// canonical arguments or the rejection.
+func Check(t *Tool, args []byte, lim Limits) ([]byte, error) {
+	a, err := t.check(args, lim)
+	return a.Bytes(), err
+}
+
+// Parse is the whole of stages 2 and 3: the input, and the canonical
+// arguments the digest is taken of.
+func Parse(t *Tool, args []byte, lim Limits) (any, []byte, error) {
+	in, a, err := t.parse(args, lim)
+	return in, a.Bytes(), err
+}
+
+// Decode is the decoding of canonical arguments into the tool's input type.
+func Decode(t *Tool, canonical []byte) (any, error) { return t.decode(canonical) }
+
+// AgreeWithReference fails the test unless the strict parse and the
+// reference validator agree on the arguments.
+func AgreeWithReference(t *testing.T, tool *Tool, args []byte, lim Limits) {
+	t.Helper()
+	agreeWithReference(t, tool, args, lim)
+}
