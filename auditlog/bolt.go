@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // The buckets. The audit log only appends, so both are filled to the brim
@@ -37,45 +38,47 @@ var ErrTx = errors.New("auditlog: not a bbolt transaction")
 var ErrNotFound = errors.New("auditlog: no such event")
 
 // Bolt is the audit log on bbolt. Its methods take the caller's transaction
-// (a *bbolt.Tx, typed any so that the pipeline stays free of bbolt).
+// (a *kv.Tx or a *bbolt.Tx, typed any so that the pipeline stays free of
+// bbolt).
 type Bolt struct{}
 
 // Init creates the buckets; call it once in a writable transaction. A log
 // written before events carried their tree hashes is converted in place.
 func (Bolt) Init(tx any) error {
-	btx, ok := tx.(*bolt.Tx)
-	if !ok {
+	t, err := kv.Of(tx)
+	if err != nil {
 		return ErrTx
 	}
+	btx := t.Bolt()
 	for _, name := range [][]byte{eventsBucket, checkpointsBucket} {
 		if _, err := btx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
 	}
 	if btx.Bucket(legacyIDsBucket) != nil {
-		return convertLegacy(btx)
+		return convertLegacy(t)
 	}
 	return nil
 }
 
-func txOf(tx any) (*bolt.Tx, error) {
-	btx, ok := tx.(*bolt.Tx)
-	if !ok {
+func txOf(tx any) (*kv.Tx, error) {
+	t, err := kv.Of(tx)
+	if err != nil {
 		return nil, ErrTx
 	}
-	return btx, nil
+	return t, nil
 }
 
-func eventsOf(tx any) (*bolt.Bucket, error) {
-	btx, err := txOf(tx)
+func eventsOf(tx any) (*kv.Bucket, error) {
+	t, err := txOf(tx)
 	if err != nil {
 		return nil, err
 	}
-	b := btx.Bucket(eventsBucket)
+	b := t.Bucket(eventsBucket)
 	if b == nil {
 		return nil, errors.New("auditlog: buckets missing")
 	}
-	b.FillPercent = 1
+	b.SetFillPercent(1)
 	return b, nil
 }
 
@@ -269,9 +272,9 @@ func (l Bolt) ForEach(tx any, fn func(*Event) error) error {
 // canonical JSON, and an id index) into the current one, computing the
 // tree hashes of every event, and drops the index. The canonical bytes,
 // the leaves, are unchanged.
-func convertLegacy(tx *bolt.Tx) error {
+func convertLegacy(tx *kv.Tx) error {
 	b := tx.Bucket(eventsBucket)
-	b.FillPercent = 1
+	b.SetFillPercent(1)
 	var seqs []uint64
 	var values [][]byte
 	err := b.ForEach(func(k, v []byte) error {
@@ -294,5 +297,5 @@ func convertLegacy(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	return tx.DeleteBucket(legacyIDsBucket)
+	return tx.Bolt().DeleteBucket(legacyIDsBucket)
 }

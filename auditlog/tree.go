@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // The Merkle tree (RFC 6962 hashing, as golang.org/x/mod/sumdb/tlog
@@ -64,7 +65,7 @@ func valueOf(hashes []tlog.Hash, canonical []byte) []byte {
 // hashReader reads stored hashes out of the events bucket: an inner hash
 // from the value of the event that completed its subtree, a leaf hash
 // from the event's bytes.
-type hashReader struct{ b *bolt.Bucket }
+type hashReader struct{ b *kv.Bucket }
 
 func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(indexes))
@@ -163,16 +164,16 @@ func (Bolt) LatestCheckpoint(tx any) (size uint64, signed []byte, err error) {
 	return binary.BigEndian.Uint64(k), append([]byte(nil), v...), nil
 }
 
-func checkpointsOf(tx any) (*bolt.Bucket, error) {
-	btx, err := txOf(tx)
+func checkpointsOf(tx any) (*kv.Bucket, error) {
+	t, err := txOf(tx)
 	if err != nil {
 		return nil, err
 	}
-	b := btx.Bucket(checkpointsBucket)
+	b := t.Bucket(checkpointsBucket)
 	if b == nil {
 		return nil, errors.New("auditlog: buckets missing")
 	}
-	b.FillPercent = 1
+	b.SetFillPercent(1)
 	return b, nil
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // bucket holds one record per principal and key, under principal 0x00 key.
@@ -22,11 +22,11 @@ type Bolt struct{}
 
 // Init creates the bucket; call it once in a writable transaction.
 func (Bolt) Init(tx any) error {
-	btx, ok := tx.(*bolt.Tx)
-	if !ok {
+	t, err := kv.Of(tx)
+	if err != nil {
 		return ErrTx
 	}
-	_, err := btx.CreateBucketIfNotExists(bucket)
+	_, err = t.Bolt().CreateBucketIfNotExists(bucket)
 	return err
 }
 
@@ -37,12 +37,12 @@ func storageKey(principal, key string) []byte {
 	return append(k, key...)
 }
 
-func recordBucket(tx any) (*bolt.Bucket, error) {
-	btx, ok := tx.(*bolt.Tx)
-	if !ok {
+func recordBucket(tx any) (*kv.Bucket, error) {
+	t, err := kv.Of(tx)
+	if err != nil {
 		return nil, ErrTx
 	}
-	b := btx.Bucket(bucket)
+	b := t.Bucket(bucket)
 	if b == nil {
 		return nil, errors.New("idempotency: bucket missing")
 	}

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 var (
@@ -22,7 +21,7 @@ var (
 var ErrTx = errors.New("boltstore: not a bbolt transaction")
 
 // Store implements handlers.Store. It holds no state: its methods take the
-// caller's transaction (a *bbolt.Tx, typed pipeline.Tx) and never open one
+// caller's transaction (a *kv.Tx or a *bbolt.Tx, typed pipeline.Tx) and never open one
 // of their own.
 type Store struct{}
 
@@ -30,10 +29,11 @@ var _ handlers.Store = Store{}
 
 // Init creates the buckets; call it once in a writable transaction.
 func (Store) Init(tx any) error {
-	btx, ok := tx.(*bolt.Tx)
-	if !ok {
+	t, err := kv.Of(tx)
+	if err != nil {
 		return ErrTx
 	}
+	btx := t.Bolt()
 	for _, name := range [][]byte{projectsBucket, namesBucket, recordsBucket} {
 		if _, err := btx.CreateBucketIfNotExists(name); err != nil {
 			return err
@@ -43,15 +43,15 @@ func (Store) Init(tx any) error {
 }
 
 type buckets struct {
-	projects, names, records *bolt.Bucket
+	projects, names, records *kv.Bucket
 }
 
 func open(tx pipeline.Tx) (*buckets, error) {
-	btx, ok := tx.(*bolt.Tx)
-	if !ok {
+	t, err := kv.Of(tx)
+	if err != nil {
 		return nil, ErrTx
 	}
-	b := &buckets{btx.Bucket(projectsBucket), btx.Bucket(namesBucket), btx.Bucket(recordsBucket)}
+	b := &buckets{t.Bucket(projectsBucket), t.Bucket(namesBucket), t.Bucket(recordsBucket)}
 	if b.projects == nil || b.names == nil || b.records == nil {
 		return nil, errors.New("boltstore: buckets missing")
 	}
@@ -64,7 +64,7 @@ func recordKey(projectID, id string) []byte {
 }
 
 // get decodes the value at key, or returns nil if there is none.
-func get[T any](b *bolt.Bucket, key []byte) (*T, error) {
+func get[T any](b *kv.Bucket, key []byte) (*T, error) {
 	v := b.Get(key)
 	if v == nil {
 		return nil, nil
@@ -80,7 +80,7 @@ func decode[T any](v []byte) (*T, error) {
 	return e, nil
 }
 
-func put(b *bolt.Bucket, key []byte, e any) error {
+func put(b *kv.Bucket, key []byte, e any) error {
 	v, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("boltstore: encode %T: %w", e, err)
@@ -90,7 +90,7 @@ func put(b *bolt.Bucket, key []byte, e any) error {
 
 // list decodes up to limit values whose keys start with prefix and follow
 // prefix+after, and reports whether another such key follows them.
-func list[T any](b *bolt.Bucket, prefix []byte, after string, limit int) ([]*T, bool, error) {
+func list[T any](b *kv.Bucket, prefix []byte, after string, limit int) ([]*T, bool, error) {
 	c := b.Cursor()
 	from := append(bytes.Clone(prefix), after...)
 	k, v := c.Seek(from)

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 func MustOpen(t testing.TB) *boltdb.DB {
@@ -107,7 +106,8 @@ func TestPutProject_NameIndexComparesNames(t *testing.T) {
 		// Exactly one index entry per project: a rename or deletion leaves
 		// none behind.
 		n := 0
-		err := tx.(*bolt.Tx).Bucket([]byte("project_names")).ForEach(func(_, _ []byte) error { n++; return nil })
+		t2, _ := kv.Of(tx)
+		err := t2.Bucket([]byte("project_names")).ForEach(func(_, _ []byte) error { n++; return nil })
 		if err != nil {
 			return err
 		}
