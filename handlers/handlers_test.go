@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -901,4 +902,69 @@ func walkObjects(s map[string]any, fn func(at string, s map[string]any)) {
 		}
 	}
 	walk("", s)
+}
+
+// Ensure writes committed together (group commit) that conflict are
+// decided in arrival order exactly as if committed one by one: of 32
+// concurrent creates of one name, one wins and the rest are ALREADY_EXISTS;
+// of 32 concurrent updates at one expected revision, one wins and the
+// rest are REVISION_CONFLICT; each loser leaves one failed event.
+func TestConflicts_DecidedOneByOneUnderGroupCommit(t *testing.T) {
+	e := MustStart(t)
+	const n = 32
+	run := func(args func(i int) (tool, key, body string)) []*pipeline.Result {
+		results := make([]*pipeline.Result, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			tool, key, body := args(i)
+			wg.Go(func() { results[i] = e.WriteKey(tool, key, body) })
+		}
+		wg.Wait()
+		return results
+	}
+	tally := func(results []*pipeline.Result, lose pipeline.Code) {
+		t.Helper()
+		won := 0
+		for _, r := range results {
+			switch {
+			case r.Err == nil:
+				won++
+			case r.Err.Code != lose:
+				t.Fatalf("a loser answered %s (%s), want %s", r.Err.Code, r.Err.Message, lose)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("%d writes won, want exactly one", won)
+		}
+	}
+	creates := run(func(i int) (string, string, string) {
+		return "create_project", fmt.Sprintf("create-%04d", i), `{"name":"contended"}`
+	})
+	tally(creates, pipeline.AlreadyExists)
+	var p *handlers.Project
+	for _, r := range creates {
+		if r.Err == nil {
+			p = MustOK[handlers.ProjectResult](t, r).Project
+		}
+	}
+	updates := run(func(i int) (string, string, string) {
+		return "update_project", fmt.Sprintf("update-%04d", i), fmt.Sprintf(`{"project_id":%q,"expected_revision":1,"description":"d%d"}`, p.ID, i)
+	})
+	tally(updates, pipeline.RevisionConflict)
+	if got := MustOK[handlers.ProjectResult](t, e.GetProject(p.ID)).Project; got.Revision != 2 {
+		t.Fatalf("revision %d after the contended updates, want 2", got.Revision)
+	}
+	failed := 0
+	for i := range n {
+		for _, key := range []string{fmt.Sprintf("create-%04d", i), fmt.Sprintf("update-%04d", i)} {
+			for _, ev := range e.AuditEvents(key) {
+				if ev.Outcome == auditlog.Failed {
+					failed++
+				}
+			}
+		}
+	}
+	if failed != 2*(n-1) {
+		t.Fatalf("%d failed events, want %d", failed, 2*(n-1))
+	}
 }

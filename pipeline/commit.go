@@ -21,11 +21,10 @@ var errSettled = errors.New("pipeline: key already settled")
 
 // update is the one commit function: every write of the pipeline (a
 // successful call, a failure receipt, key collection) goes through it.
+// The storage may commit it together with others (group commit); its
+// commits are measured there.
 func (p *Pipeline) update(ctx context.Context, fn func(Tx) error) error {
-	start := time.Now()
-	err := p.cfg.Storage.Update(ctx, fn)
-	p.cfg.Metrics.Commit(time.Since(start), 1)
-	return err
+	return p.cfg.Storage.Update(ctx, fn)
 }
 
 // write runs stages 7 and 8 for a write tool: under the key's lock, the

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb"
 )
 
 // panickingAudit panics on Append of the events it is told to.
@@ -234,4 +236,71 @@ func TestCall_KeyLookupBeforeConfirmation(t *testing.T) {
 	if n := len(e.events()); n != 3 {
 		t.Fatalf("%d events, want 3 (put, delete, failed delete)", n)
 	}
+}
+
+// Ensure group commit keeps every outcome its own: of 1,000 concurrent
+// writes, 100 refused by their handler and 10 panicking, there are exactly
+// 1,000 audit events, those 110 failed and no other, and the 890 others'
+// notes once each: no write re-ran, none was lost with a neighbour.
+func TestCall_GroupCommitKeepsOutcomesApart(t *testing.T) {
+	var commits, committed atomic.Int64
+	e := MustEnvConfig(t, func(c *pipeline.Config) {
+		c.Storage.(*boltdb.DB).ObserveCommits(func(_ time.Duration, writes int) {
+			commits.Add(1)
+			committed.Add(int64(writes))
+		})
+	})
+	const n = 1000
+	fails := map[string]string{}
+	var wg sync.WaitGroup
+	results := make([]*pipeline.Result, n)
+	for i := range n {
+		fail := ""
+		switch {
+		case i%10 == 3:
+			fail = "conflict"
+		case i%100 == 7:
+			fail = "panic"
+		}
+		key := fmt.Sprintf("k-%08d", i)
+		fails[key] = fail
+		wg.Go(func() {
+			results[i] = e.call(alice, "put_note", `{"idempotency_key":"`+key+`","text":"t`+fmt.Sprint(i)+`","fail":"`+fail+`"}`)
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for i, r := range results {
+		key := fmt.Sprintf("k-%08d", i)
+		switch fails[key] {
+		case "conflict":
+			mustCode(t, r, pipeline.RevisionConflict, pipeline.RetryNewKey)
+		case "panic":
+			mustCode(t, r, pipeline.Internal, pipeline.RetryNewKey)
+		default:
+			mustOK(t, r)
+		}
+	}
+	evs := e.events()
+	if len(evs) != n {
+		t.Fatalf("%d audit events, want %d", len(evs), n)
+	}
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		if seen[ev.IdempotencyKey] {
+			t.Fatalf("two events for %s", ev.IdempotencyKey)
+		}
+		seen[ev.IdempotencyKey] = true
+		want := fails[ev.IdempotencyKey] != ""
+		if (ev.Outcome == auditlog.Failed) != want {
+			t.Errorf("event of %s: outcome %s, want failed %v", ev.IdempotencyKey, ev.Outcome, want)
+		}
+		if ev.Outcome == auditlog.Failed {
+			failed++
+		}
+	}
+	if failed != 110 || e.notes() != n-110 {
+		t.Fatalf("failed events %d, notes %d; want 110 and %d", failed, e.notes(), n-110)
+	}
+	t.Logf("%d writes and receipts in %d commits", committed.Load(), commits.Load())
 }

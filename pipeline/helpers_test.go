@@ -16,6 +16,7 @@ import (
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // A put_note with "fail": "slow" signals slowStarted once it runs, then
@@ -80,7 +81,7 @@ func testTools() []*pipeline.Tool {
 			Run: func(_ context.Context, op *pipeline.Op, in *noteIn) (*noteOut, error) {
 				out := &noteOut{}
 				out.Note.ID, out.Note.Text = op.NewID(), in.Text
-				if err := op.Tx.(*bolt.Tx).Bucket(notesBucket).Put([]byte(out.Note.ID), []byte(in.Text)); err != nil {
+				if err := notes(op.Tx).Put([]byte(out.Note.ID), []byte(in.Text)); err != nil {
 					return nil, err
 				}
 				op.Touch("note", out.Note.ID, 1)
@@ -116,13 +117,13 @@ func testTools() []*pipeline.Tool {
 		pipeline.MustDefine(pipeline.Spec[deleteIn, noteOut]{
 			Name: "delete_note", Description: "Deletes a note.", Destructive: true,
 			Preview: func(_ context.Context, op *pipeline.Op, in *deleteIn) (any, error) {
-				if op.Tx.(*bolt.Tx).Bucket(notesBucket).Get([]byte(in.ID)) == nil {
+				if notes(op.Tx).Get([]byte(in.ID)) == nil {
 					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
 				}
 				return map[string]string{"deletes": "one note"}, nil
 			},
 			Run: func(_ context.Context, op *pipeline.Op, in *deleteIn) (*noteOut, error) {
-				b := op.Tx.(*bolt.Tx).Bucket(notesBucket)
+				b := notes(op.Tx)
 				if b.Get([]byte(in.ID)) == nil {
 					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
 				}
@@ -134,7 +135,7 @@ func testTools() []*pipeline.Tool {
 		pipeline.MustDefine(pipeline.Spec[getIn, noteOut]{
 			Name: "get_note", Description: "Reads a note.", ReadOnly: true,
 			Run: func(_ context.Context, op *pipeline.Op, in *getIn) (*noteOut, error) {
-				v := op.Tx.(*bolt.Tx).Bucket(notesBucket).Get([]byte(in.ID))
+				v := notes(op.Tx).Get([]byte(in.ID))
 				if v == nil {
 					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
 				}
@@ -144,6 +145,16 @@ func testTools() []*pipeline.Tool {
 			},
 		}),
 	}
+}
+
+// notes is the test tools' bucket in a call's transaction, written through
+// kv so that a failed call's changes roll back with it.
+func notes(tx pipeline.Tx) *kv.Bucket {
+	t, err := kv.Of(tx)
+	if err != nil {
+		panic(err)
+	}
+	return t.Bucket(notesBucket)
 }
 
 // env is a pipeline on a real bbolt file in a temporary directory.

@@ -9,20 +9,23 @@ import (
 )
 
 // Tx is one storage transaction. Its concrete type belongs to the backend
-// (*bbolt.Tx for the embedded default): the storage, key store, audit log
-// and domain store of one backend agree on it, and the pipeline only passes
-// it along. It is an alias so that stores in packages below the pipeline can
+// (a *kv.Tx, bbolt's with savepoints, for the embedded default): the
+// storage, key store, audit log and domain store of one backend agree on
+// it, and the pipeline only passes it along. It is an alias so that stores in packages below the pipeline can
 // name the same type without importing it.
 type Tx = any
 
 // Storage runs transactions. Every write of the pipeline goes through its
-// Update, from one place (Pipeline.update), so that group commit can replace
-// it without touching callers.
+// Update, from one place (Pipeline.update).
 type Storage interface {
-	// Update runs fn in one read-write transaction and commits it durably
-	// (fsync) if fn returns nil. If fn returns an error, everything fn wrote
-	// is rolled back and Update returns that error. It returns UNAVAILABLE
-	// when the store is closed.
+	// Update runs fn as one write and commits it durably (fsync) if fn
+	// returns nil, possibly in one transaction with other writes (group
+	// commit): fn sees every write committed or run before it, in arrival
+	// order. If fn returns an error or panics, everything fn wrote is
+	// rolled back, others' writes are not, and Update returns fn's error
+	// (a panic as an error). fn may run on another goroutine and must not
+	// call Update itself. Update returns UNAVAILABLE when the store is
+	// closed, and the commit's error if the commit fails.
 	Update(ctx context.Context, fn func(Tx) error) error
 	// View runs fn in a read-only transaction. It returns UNAVAILABLE when
 	// the store is closed.

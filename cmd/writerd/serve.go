@@ -260,6 +260,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if wrapAudit != nil {
 		audit = wrapAudit(audit)
 	}
+	store.ObserveCommits(m.Commit)
 	p := pipeline.New(pipeline.Config{
 		Storage: store, Keys: idempotency.Bolt{}, Audit: audit,
 		Limits: c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait,

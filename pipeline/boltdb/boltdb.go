@@ -36,11 +36,12 @@ var ErrLocked = errors.New("boltdb: the database is in use by another process")
 // no database.
 var ErrNoDatabase = errors.New("boltdb: no database in the data directory")
 
-// DB is an open bbolt database.
+// DB is an open bbolt database. Its writes are group-committed (group.go).
 type DB struct {
 	db       *bolt.DB
 	dir      string
 	warnings []string
+	commits  *committer // nil when read-only
 }
 
 // Open opens (creating if needed) the database in dir and creates the
@@ -75,6 +76,7 @@ func Open(dir string, inits ...func(tx any) error) (*DB, error) {
 		d.db.Close()
 		return nil, redact(dir, fmt.Errorf("boltdb: create buckets: %w", err))
 	}
+	d.commits = newCommitter(d.db, dir)
 	return d, nil
 }
 
@@ -179,17 +181,24 @@ func (o *opener) openFile(path string, flag int, mode os.FileMode) (*os.File, er
 // bad meta page), each a phrase without a path, for the log.
 func (d *DB) Warnings() []string { return d.warnings }
 
-// Update runs fn in one read-write transaction; see pipeline.Storage.
-func (d *DB) Update(_ context.Context, fn func(pipeline.Tx) error) error {
-	var fnErr error
-	err := d.db.Update(func(tx *bolt.Tx) error {
-		fnErr = fn(tx)
-		return fnErr
-	})
-	if err != nil && err == fnErr {
-		return err // fn's own error, unchanged
+// Update runs fn as one write of a group commit; see pipeline.Storage and
+// group.go. fn's error comes back unchanged, its changes rolled back; a
+// panic in fn is an error too. fn runs on the committer's goroutine.
+func (d *DB) Update(ctx context.Context, fn func(pipeline.Tx) error) error {
+	if d.commits == nil {
+		return classify(bolterrors.ErrDatabaseReadOnly)
 	}
-	return classify(redact(d.dir, err))
+	return d.commits.write(ctx, fn)
+}
+
+// ObserveCommits has f told of every commit: its duration, fsync
+// included, and how many writes it committed.
+func (d *DB) ObserveCommits(f func(d time.Duration, writes int)) {
+	if d.commits != nil {
+		d.commits.mu.Lock()
+		d.commits.observer = f
+		d.commits.mu.Unlock()
+	}
 }
 
 // View runs fn in a read-only transaction; see pipeline.Storage.
@@ -205,8 +214,15 @@ func (d *DB) View(_ context.Context, fn func(pipeline.Tx) error) error {
 	return classify(redact(d.dir, err))
 }
 
-// Close closes the database; later transactions answer UNAVAILABLE.
-func (d *DB) Close() error { return redact(d.dir, d.db.Close()) }
+// Close waits for the commit in flight, answers the writes still queued
+// UNAVAILABLE, and closes the database; later transactions answer
+// UNAVAILABLE.
+func (d *DB) Close() error {
+	if d.commits != nil {
+		d.commits.stop()
+	}
+	return redact(d.dir, d.db.Close())
+}
 
 // Bolt returns the underlying database, for tools that read it directly.
 func (d *DB) Bolt() *bolt.DB { return d.db }

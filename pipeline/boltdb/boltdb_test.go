@@ -14,6 +14,7 @@ import (
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 var _ pipeline.Storage = (*boltdb.DB)(nil)
@@ -43,7 +44,13 @@ func MustOpen(t testing.TB, dir string) *boltdb.DB {
 
 // put writes k=v into the domain bucket.
 func put(k, v string) func(pipeline.Tx) error {
-	return func(tx pipeline.Tx) error { return tx.(*bolt.Tx).Bucket(domain).Put([]byte(k), []byte(v)) }
+	return func(tx pipeline.Tx) error {
+		t, err := kv.Of(tx)
+		if err != nil {
+			return err
+		}
+		return t.Bucket(domain).Put([]byte(k), []byte(v))
+	}
 }
 
 // MustGet reads k from the domain bucket; nil if absent.

@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // plant writes events and records as given, bypassing the pipeline, and
@@ -28,7 +27,8 @@ func plant(t testing.TB, db *boltdb.DB, events []*auditlog.Event, records func(e
 			if !e.Time.Equal(at) {
 				// Append keeps times in order; a clock going back can only
 				// be planted by rewriting the stored event.
-				b := tx.(*bolt.Tx).Bucket([]byte("audit_events"))
+				t, _ := kv.Of(tx)
+				b := t.Bucket([]byte("audit_events"))
 				k := binary.BigEndian.AppendUint64(nil, e.Seq)
 				v := bytes.Replace(b.Get(k), []byte(e.Time.Format(time.RFC3339Nano)), []byte(at.Format(time.RFC3339Nano)), 1)
 				if err := b.Put(k, v); err != nil {

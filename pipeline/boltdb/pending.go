@@ -37,9 +37,21 @@ type Pending struct {
 	stop   context.CancelFunc
 	done   chan struct{} // closed when the goroutine has returned
 
-	mu  sync.RWMutex
-	db  *DB
-	err error
+	mu       sync.RWMutex
+	db       *DB
+	err      error
+	observer func(time.Duration, int)
+}
+
+// ObserveCommits has f told of every commit of the database, once open
+// (see DB.ObserveCommits).
+func (p *Pending) ObserveCommits(f func(d time.Duration, writes int)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.observer = f
+	if p.db != nil {
+		p.db.ObserveCommits(f)
+	}
 }
 
 // OpenPending opens the database in dir as Open does. If another process
@@ -89,6 +101,9 @@ func (p *Pending) retry(ctx context.Context) {
 func (p *Pending) settle(db *DB, err error) {
 	p.mu.Lock()
 	p.db, p.err = db, err
+	if db != nil && p.observer != nil {
+		db.ObserveCommits(p.observer)
+	}
 	p.mu.Unlock()
 	close(p.opened)
 }
