@@ -28,3 +28,16 @@ func AgreeWithReference(t *testing.T, tool *Tool, args []byte, lim Limits) {
 	t.Helper()
 	agreeWithReference(t, tool, args, lim)
 }
+
+// CompileSchema compiles a schema as the strict parse does.
+func CompileSchema(raw []byte) error {
+	_, err := compileSchema(raw)
+	return err
+}
+
+// CheckResult is the output check with the strict parse's checker.
+func CheckResult(t *Tool, b []byte) error { return t.checkResult(b) }
+
+// ReferenceCheckResult is the output check with the reference validator,
+// as dispatch makes it.
+func ReferenceCheckResult(t *Tool, b []byte) error { return checkOutput(t.output, b) }

@@ -94,6 +94,7 @@ type Tool struct {
 
 	input    *schema           // enforced by the strict parse
 	output   *validator.Schema // checked before a result is committed
+	result   *schema           // the output schema, for checkResult
 	names    map[string]bool   // every member name the input schema defines
 	newInput func() any
 	run      func(ctx context.Context, op *Op, in any) (any, error)
@@ -150,6 +151,9 @@ func Define[In, Out any](s Spec[In, Out]) (*Tool, error) {
 	}
 	if t.OutputSchema, t.output, err = schemaFor[Out](s.Name + ".output.json"); err != nil {
 		return nil, fmt.Errorf("pipeline: tool %s: output schema: %w", s.Name, err)
+	}
+	if t.result, err = compileSchema(t.OutputSchema); err != nil {
+		return nil, fmt.Errorf("pipeline: tool %s: output %w", s.Name, err)
 	}
 	var tree map[string]any
 	if err := json.Unmarshal(t.InputSchema, &tree); err != nil {
