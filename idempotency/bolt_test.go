@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -152,22 +153,36 @@ func TestBolt_KeysScopedByPrincipal(t *testing.T) {
 	}
 }
 
-// Ensure Collect works in bounded steps: each step examines at most limit
-// records, resuming after the previous step's key, deletes exactly the
-// expired ones among them, and answers nil once it reaches the end; every
-// expired record goes and every live one stays.
+// indexed returns the expiry index's entries: expiry and storage key.
+func indexed(t testing.TB, db *bolt.DB) []string {
+	t.Helper()
+	var out []string
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("idempotency_expiry")).ForEach(func(k, _ []byte) error {
+			out = append(out, fmt.Sprintf("%d/%s", binary.BigEndian.Uint64(k), k[8:]))
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Ensure Collect goes through the expiry index in bounded steps: each step
+// deletes at most limit expired records, the earliest first, says whether
+// more remain, and never touches a live one; a record expiring exactly now
+// is expired, one a nanosecond later is not; HasExpired says whether a
+// step is due; the index keeps one entry per record.
 func TestBolt_Collect(t *testing.T) {
 	const n = 2500
-	for _, limit := range []int{1000, 500, 97, n, n + 1} {
+	for _, limit := range []int{1000, 97, n} {
 		t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) {
 			t.Parallel()
 			db := MustOpen(t)
 			var rs []*idempotency.Record
-			expired := map[string]bool{} // by storage key
+			expired := 0
 			for i := range n {
-				// Several principals, so that one principal's keys are not
-				// contiguous in insertion order; every third record expired,
-				// one exactly at now (expired), one a nanosecond after (live).
 				exp := now.Add(time.Duration(i%3-1) * time.Hour)
 				switch i {
 				case 10:
@@ -177,87 +192,87 @@ func TestBolt_Collect(t *testing.T) {
 				}
 				r := record(fmt.Sprintf("p%d", i%5), fmt.Sprintf("key-%06d", i*7919%n), "d", exp)
 				rs = append(rs, r)
-				expired[r.Principal+"\x00"+r.Key] = r.Expired(now)
+				if r.Expired(now) {
+					expired++
+				}
 			}
 			MustPut(t, db, rs...)
-			keys := storedKeys(t, db)
-			if len(keys) != n {
-				t.Fatalf("stored %d records, want %d", len(keys), n)
+			if got := len(indexed(t, db)); got != n {
+				t.Fatalf("%d index entries, want %d", got, n)
 			}
-
-			var from []byte
+			left := expired
 			for step := 0; ; step++ {
-				window := keys[min(step*limit, n):min((step+1)*limit, n)]
-				var wantDeleted int
-				for _, k := range window {
-					if expired[string(k)] {
-						wantDeleted++
-					}
-				}
-				var next []byte
 				var deleted int
+				var more, due bool
 				MustUpdate(t, db, func(tx *bolt.Tx) error {
 					var err error
-					next, deleted, err = store.Collect(tx, now, from, limit)
+					if due, err = store.HasExpired(tx, now); err != nil {
+						return err
+					}
+					deleted, more, err = store.Collect(tx, now, limit)
 					return err
 				})
-				if deleted != wantDeleted {
-					t.Fatalf("step %d deleted %d, want %d (the expired among its %d records)", step, deleted, wantDeleted, len(window))
+				if due != (left > 0) {
+					t.Fatalf("step %d: HasExpired %v with %d expired left", step, due, left)
 				}
-				// What is left: every live record, and the expired ones
-				// after this step's window.
-				left := map[string]bool{}
-				for _, k := range storedKeys(t, db) {
-					left[string(k)] = true
+				if want := min(limit, left); deleted != want {
+					t.Fatalf("step %d deleted %d, want %d", step, deleted, want)
 				}
-				for i, k := range keys {
-					if want := !expired[string(k)] || i >= (step+1)*limit; left[string(k)] != want {
-						t.Fatalf("after step %d record %q present = %v, want %v", step, k, !want, want)
-					}
+				left -= deleted
+				if more != (left > 0) {
+					t.Fatalf("step %d: more %v with %d expired left", step, more, left)
 				}
-				if (step+1)*limit >= n {
-					if next != nil {
-						t.Fatalf("step %d reached the end but next = %q, want nil", step, next)
-					}
+				if !more {
 					break
 				}
-				if want := window[len(window)-1]; !bytes.Equal(next, want) {
-					t.Fatalf("step %d next = %q, want its last key %q", step, next, want)
-				}
-				from = next
 			}
-
-			// A new round finds nothing more to delete.
-			MustUpdate(t, db, func(tx *bolt.Tx) error {
-				next, deleted, err := store.Collect(tx, now, nil, n+1)
-				if next != nil || deleted != 0 {
-					t.Errorf("second round: next = %q, deleted = %d, want nil, 0", next, deleted)
-				}
-				return err
-			})
 			for _, r := range rs {
 				if got := MustGet(t, db, r.Principal, r.Key); (got == nil) != r.Expired(now) {
 					t.Errorf("record %s/%s (expires %v) present = %v", r.Principal, r.Key, r.ExpiresAt.Sub(now), got != nil)
 				}
 			}
+			if got := len(indexed(t, db)); got != n-expired {
+				t.Fatalf("%d index entries after collection, want %d", got, n-expired)
+			}
 		})
 	}
 }
 
-// Ensure a step resuming after the last key answers that it reached the end.
-func TestBolt_CollectFromPastEnd(t *testing.T) {
+// Ensure a record that replaces an expired one of its key moves its index
+// entry: one entry, at the new expiry.
+func TestBolt_PutMovesIndexEntry(t *testing.T) {
 	db := MustOpen(t)
-	MustPut(t, db, record("a", "k-00000001", "d", now.Add(-time.Hour)))
+	MustPut(t, db, record("agent", "k-00000001", "old", now.Add(-time.Hour)))
+	MustPut(t, db, record("agent", "k-00000001", "new", now.Add(time.Hour)))
+	want := fmt.Sprintf("%d/%s", now.Add(time.Hour).UnixNano(), "agent\x00k-00000001")
+	if got := indexed(t, db); len(got) != 1 || got[0] != want {
+		t.Fatalf("index %q, want one entry at the new expiry", got)
+	}
 	MustUpdate(t, db, func(tx *bolt.Tx) error {
-		next, deleted, err := store.Collect(tx, now, []byte("zz\x00"), 10)
-		if next != nil || deleted != 0 {
-			t.Errorf("Collect past the end: next = %q, deleted = %d, want nil, 0", next, deleted)
+		due, err := store.HasExpired(tx, now)
+		if due {
+			t.Error("HasExpired with only a live record")
 		}
 		return err
 	})
-	if MustGet(t, db, "a", "k-00000001") == nil {
-		t.Error("a record before from was collected")
+}
+
+// Ensure Init builds the expiry index of a store made before it.
+func TestBolt_InitBuildsTheIndex(t *testing.T) {
+	db := MustOpen(t)
+	MustPut(t, db, record("a", "k-00000001", "d", now.Add(-time.Hour)), record("b", "k-00000002", "d", now.Add(time.Hour)))
+	MustUpdate(t, db, func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte("idempotency_expiry")) })
+	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(tx) })
+	if got := len(indexed(t, db)); got != 2 {
+		t.Fatalf("%d index entries, want 2", got)
 	}
+	MustUpdate(t, db, func(tx *bolt.Tx) error {
+		n, more, err := store.Collect(tx, now, 10)
+		if n != 1 || more {
+			t.Errorf("Collect = %d, %v, want the one expired record", n, more)
+		}
+		return err
+	})
 }
 
 // Ensure a transaction of another backend is refused, not misused.
@@ -272,7 +287,7 @@ func TestBolt_ErrTx(t *testing.T) {
 	if err := store.Put(notTx, record("p", "k", "d", now)); !errors.Is(err, idempotency.ErrTx) {
 		t.Errorf("Put: err = %v, want ErrTx", err)
 	}
-	if _, _, err := store.Collect(notTx, now, nil, 10); !errors.Is(err, idempotency.ErrTx) {
+	if _, _, err := store.Collect(notTx, now, 10); !errors.Is(err, idempotency.ErrTx) {
 		t.Errorf("Collect: err = %v, want ErrTx", err)
 	}
 }

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 )
@@ -59,14 +60,30 @@ func (r *Record) Match(digest string, now time.Time) Verdict {
 // Expired reports whether the record no longer holds its key at now.
 func (r *Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
 
-// marshal and unmarshal fix the stored form: JSON, with the result as a
-// base64 string so that its bytes come back exactly as they went in.
-func (r *Record) marshal() ([]byte, error) { return json.Marshal(r) }
+// marshal and unmarshal fix the stored form: the record's other members as
+// JSON, a newline (which JSON never holds raw), then the result's bytes as
+// they are, so that a replay gives them back exactly and no base64 grows
+// them by a third. A record of the earlier form, one JSON object with the
+// result in base64, still decodes.
+func (r *Record) marshal() ([]byte, error) {
+	head := *r
+	head.Result = nil
+	b, err := json.Marshal(&head)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, '\n')
+	return append(b, r.Result...), nil
+}
 
 func unmarshal(b []byte) (*Record, error) {
+	head, result, split := bytes.Cut(b, []byte{'\n'})
 	r := new(Record)
-	if err := json.Unmarshal(b, r); err != nil {
+	if err := json.Unmarshal(head, r); err != nil {
 		return nil, err
+	}
+	if split && len(result) > 0 {
+		r.Result = bytes.Clone(result)
 	}
 	return r, nil
 }

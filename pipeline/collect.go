@@ -24,23 +24,35 @@ func (p *Pipeline) Run(ctx context.Context) error {
 
 // CollectKeys deletes every expired idempotency record, in transactions of
 // at most a bounded number of records each so that writers are never held
-// up for long, and returns how many it deleted.
+// up for long, and returns how many it deleted. It asks in a read
+// transaction first, and opens no write transaction when nothing expired.
 func (p *Pipeline) CollectKeys(ctx context.Context) (int, error) {
-	var from []byte
 	total := 0
-	for {
-		var n int
-		err := p.update(ctx, func(tx Tx) error {
+	for ctx.Err() == nil {
+		now := p.now()
+		var expired bool
+		err := p.cfg.Storage.View(ctx, func(tx Tx) error {
 			var err error
-			from, n, err = p.cfg.Keys.Collect(tx, p.cfg.Now(), from, collectStep)
+			expired, err = p.cfg.Keys.HasExpired(tx, now)
+			return err
+		})
+		if err != nil || !expired {
+			return total, err
+		}
+		var n int
+		var more bool
+		err = p.update(ctx, func(tx Tx) error {
+			var err error
+			n, more, err = p.cfg.Keys.Collect(tx, now, collectStep)
 			return err
 		})
 		if err != nil {
 			return total, err
 		}
 		total += n
-		if from == nil || ctx.Err() != nil {
+		if !more {
 			return total, nil
 		}
 	}
+	return total, nil
 }

@@ -38,9 +38,12 @@ type Keys interface {
 	Get(tx Tx, principal, key string) (*idempotency.Record, error)
 	// Put stores a record, replacing an expired one of the same key.
 	Put(tx Tx, r *idempotency.Record) error
-	// Collect deletes expired records in one bounded step; see
-	// idempotency.Bolt.Collect.
-	Collect(tx Tx, now time.Time, from []byte, limit int) (next []byte, deleted int, err error)
+	// HasExpired reports whether any record has expired at now; it is
+	// asked in a read transaction before any collection.
+	HasExpired(tx Tx, now time.Time) (bool, error)
+	// Collect deletes up to limit expired records, the earliest first,
+	// touching no live one, and reports whether expired records remain.
+	Collect(tx Tx, now time.Time, limit int) (deleted int, more bool, err error)
 }
 
 // Audit appends audit events (docs/DESIGN.md section 7).
