@@ -41,3 +41,7 @@ func CheckResult(t *Tool, b []byte) error { return t.checkResult(b) }
 // ReferenceCheckResult is the output check with the reference validator,
 // as dispatch makes it.
 func ReferenceCheckResult(t *Tool, b []byte) error { return checkOutput(t.output, b) }
+
+// ReferenceCheck is check as the strict parse made it before its own
+// checker: the token scan and tree, then the reference validator.
+func ReferenceCheck(t *Tool, args []byte, lim Limits) error { return t.referenceCheck(args, lim) }

@@ -62,7 +62,8 @@ func builtinTool(tb testing.TB, name string) *pipeline.Tool {
 // (the limits, the one pass that checks and canonicalizes them, the schema
 // check, the decoding and the input's own rules) against encoding/json's
 // plain Unmarshal of the same bytes into the same struct, in the same run,
-// and logs the ratio. check and decode are the parse's two halves.
+// and logs the ratio. check and decode are the parse's two halves;
+// reference-check is the scan and validator check replaced.
 func BenchmarkParse(b *testing.B) {
 	tool := builtinTool(b, "create_record")
 	lim := pipeline.DefaultLimits
@@ -106,6 +107,13 @@ func BenchmarkParse(b *testing.B) {
 		run("decode", func(b *testing.B) {
 			for range b.N {
 				if _, err := pipeline.Decode(tool, canonical); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		run("reference-check", func(b *testing.B) { // the scan and the validator that check replaced
+			for range b.N {
+				if err := pipeline.ReferenceCheck(tool, args, lim); err != nil {
 					b.Fatal(err)
 				}
 			}
