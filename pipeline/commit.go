@@ -1,15 +1,12 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
-
-	validator "github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
@@ -191,19 +188,11 @@ func (p *Pipeline) dispatch(ctx context.Context, t *Tool, op *Op, in any) ([]byt
 		if err != nil {
 			return nil, fmt.Errorf("encode result: %w", err)
 		}
-		if err := checkOutput(t.output, b); err != nil {
+		if err := t.checkResult(b); err != nil {
 			return nil, fmt.Errorf("tool %s: result breaks its output schema: %w", t.Name, err)
 		}
 		return b, nil
 	})
-}
-
-func checkOutput(s *validator.Schema, b []byte) error {
-	v, err := validator.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	return s.Validate(v)
 }
 
 // callSafely turns a panic in fn into an error carrying the panic value and
