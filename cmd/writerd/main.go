@@ -37,6 +37,7 @@ func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command 
 		"check":   &CheckCommand{Stdout: stdout, Stderr: stderr},
 		"token":   &TokenCommand{Stdout: stdout, Stderr: stderr},
 		"audit":   &AuditCommand{Stdout: stdout, Stderr: stderr},
+		"bench":   &BenchCommand{Stdout: stdout, Stderr: stderr},
 		"version": &VersionCommand{Stdout: stdout, Stderr: stderr},
 	}
 }
@@ -104,6 +105,7 @@ Commands:
 	check     check a database: the file, bbolt's consistency, writerd's invariants
 	token     make, list and revoke the bearer tokens of the HTTP transports
 	audit     list, show, verify and export the audit log: writerd help audit
+	bench     drive writes at a chosen concurrency and report what they cost
 	version   print the version (also: writerd --version)
 	help      print a command's usage and flags: writerd help serve
 

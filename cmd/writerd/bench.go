@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// BenchCommand drives writes at a chosen concurrency and reports what they
+// cost: in this process through a pipeline built as serve builds it, or
+// against a running daemon over the direct API or MCP; with --baseline,
+// against the raw store doing the same puts in the same run.
+type BenchCommand struct {
+	Stdout, Stderr io.Writer
+
+	agents    int
+	duration  time.Duration
+	tool      string
+	target    string
+	dataDir   string
+	server    string
+	tokenFile string
+	baseline  bool
+	output    string
+
+	fs *flagSet
+}
+
+// Targets of writerd bench.
+const (
+	targetInproc = "inproc"
+	targetAPI    = "api"
+	targetMCP    = "mcp"
+)
+
+// benchTools are the writes bench can drive, the default first.
+var benchTools = []string{"create_project", "create_record", "update_record"}
+
+// benchMaxAgents bounds --agents: beyond it a run measures the scheduler
+// and the bench, not writerd.
+const benchMaxAgents = 4096
+
+const benchUsage = `usage: writerd bench [--target inproc|api|mcp] [--agents N] [--duration D] [flags]
+
+Drives writes at a chosen concurrency and reports what they cost: writes a
+second, latency (p50, p90, p99, max), errors by code, commits a second and
+writes per commit, CPU per write, heap in use and, in process, bytes on
+disk per write, overall and by bucket. Every write is durable (fsynced)
+before it is answered, as under serve.
+
+Each of --agents agents sends one write after another for --duration, each
+with an idempotency key of its own; --tool chooses the write, each with
+arguments of about 380 bytes:
+
+  create_project   a new project each write: a unique name, a description, labels
+  create_record    a new record each write, in a project of the agent's own
+  update_record    the agent's own record, updated at its current revision
+
+Targets:
+
+  inproc   a pipeline built as serve builds it (the audit log and its
+           checkpoints, the key collector, metrics, the JSON log to nowhere),
+           in this process, on a fresh data directory in $TMPDIR, removed at
+           the end; or on --data DIR, which keeps what bench writes
+  api      a running daemon's direct API, POST /v1/tools/{tool}, at --server
+  mcp      a running daemon's MCP endpoint, /mcp, at --server: one session of
+           the MCP Go SDK's client per agent
+
+Against a daemon, the token is the file --token-file names, else
+$WRITERD_TOKEN, and needs the write scope; commits, memory and the daemon's
+CPU are read from its /metrics before and after the run.
+
+--baseline (inproc only) then runs in the same process, for the same
+duration and agents, each on a fresh data directory with writerd's page
+size and fsync on, the raw store doing the puts of one write: three values
+of about 380 bytes (the entity, the key's record, the audit event) in one
+transaction,
+
+  db.Update       bbolt, one transaction a write
+  db.Batch 10ms   bbolt's Batch at its default MaxBatchDelay
+  db.Batch 1ms    bbolt's Batch at 1 ms
+  group commit    writerd's group commit (boltdb.DB.Update) without the pipeline
+
+and prints each one's numbers and writerd's against each: writes a second,
+p50 and p99, writerd's divided by the run's.
+
+A progress line goes to stderr every second; the report goes to stdout.
+Of the flags, only --server and --token-file are taken from the environment
+(WRITERD_SERVER, WRITERD_TOKEN_FILE): a WRITERD_DATA set for serve never
+points bench at a real store.
+
+Examples:
+
+	# 64 agents in process, against the raw store in the same run:
+	writerd bench --agents 64 --baseline
+
+	# A running daemon over MCP, as agents call it:
+	export WRITERD_TOKEN=wrd_…   # a token with the write scope
+	writerd bench --target mcp --server http://127.0.0.1:7070 --agents 64
+
+	# Updates on a store kept between runs, to see how cost grows with it, as JSON:
+	writerd bench --data /tmp/writerd-big --tool update_record --duration 30s -o json
+
+Flags:
+`
+
+func (c *BenchCommand) flags() *flagSet {
+	fs := newFlagSet("writerd bench", benchUsage, c.Stdout, c.Stderr)
+	c.agents, c.duration, c.tool, c.target = 16, 10*time.Second, benchTools[0], targetInproc
+	fs.Var(positiveValue{&c.agents}, "agents", "how many `agents` write at once")
+	fs.DurationVar(&c.duration, "duration", c.duration, "how long each run lasts, a `duration`")
+	fs.Var(choiceValue{v: &c.tool, choices: benchTools}, "tool", "the `write`: "+orList(benchTools))
+	targets := []string{targetInproc, targetAPI, targetMCP}
+	fs.Var(choiceValue{v: &c.target, choices: targets}, "target", "the `target` the writes go to: "+orList(targets))
+	fs.StringVar(&c.dataDir, "data", "", "inproc: the data `directory` to write in, kept afterwards: an absolute path, or one starting with ~/ (default: a fresh one in $TMPDIR, removed)")
+	fs.StringVar(&c.server, "server", "", "api, mcp: the daemon's `URL`, such as http://127.0.0.1:7070")
+	fs.StringVar(&c.tokenFile, "token-file", "", "api, mcp: the `file` holding a bearer token with the write scope; without it, $WRITERD_TOKEN")
+	fs.BoolVar(&c.baseline, "baseline", false, "inproc: also run the raw store doing the same puts, and compare")
+	outputFlag(fs, &c.output, "table", "json")
+	fs.defaults["duration"] = shortDuration(c.duration)
+	fs.takes("agents", fmt.Sprintf("a whole number of agents from 1 to %d, such as 16", benchMaxAgents))
+	fs.takes("duration", "a duration such as 10s")
+	fs.takes("tool", orList(benchTools))
+	fs.takes("target", orList(targets))
+	fs.takes("baseline", "true or false")
+	c.fs = fs
+	return fs
+}
+
+// benchEnvFlags are the flags bench takes from the environment: where the
+// daemon is and its token. No other is: WRITERD_DATA is serve's store, and
+// a WRITERD_DURATION meant for nothing should not stop a bench.
+var benchEnvFlags = []string{"server", "token-file"}
+
+// parse parses the flags as flagSet.parse does, but takes only
+// benchEnvFlags from the environment.
+func (c *BenchCommand) parse(args []string) error {
+	fs := c.flags()
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.printUsage(fs.stdout)
+			return flag.ErrHelp
+		}
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
+			return fs.fail("unknown flag %s", name)
+		}
+		return fs.fail("%s", fs.explain(err))
+	}
+	if fs.NArg() > 0 {
+		return fs.fail("unexpected argument %q", fs.Arg(0))
+	}
+	given := map[string]bool{} // on the command line
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, name := range benchEnvFlags {
+		if v, ok := os.LookupEnv(envName(name)); ok && !given[name] {
+			fs.fromEnv[name] = true
+			fs.Set(name, v)
+		}
+	}
+	remote := c.target != targetInproc
+	switch {
+	case c.agents > benchMaxAgents:
+		return fs.fail("%s takes a whole number of agents from 1 to %d, such as 16", fs.label("agents"), benchMaxAgents)
+	case c.duration <= 0:
+		return fs.fail("%s takes a positive duration such as 10s", fs.label("duration"))
+	case remote && c.baseline:
+		return fs.fail("--baseline runs the raw store in this process: it goes with --target inproc, not %s", c.target)
+	case remote && given["data"]:
+		return fs.fail("--data is for --target inproc; a daemon writes in its own data directory")
+	case remote && c.server == "":
+		return fs.fail("--target %s needs %s URL, the running daemon's, such as http://127.0.0.1:7070", c.target, fs.label("server"))
+	case !remote && given["server"]:
+		return fs.fail("%s is for --target api or mcp; inproc runs the pipeline in this process", fs.label("server"))
+	case !remote && given["token-file"]:
+		return fs.fail("%s is for --target api or mcp; inproc needs no token", fs.label("token-file"))
+	}
+	if remote {
+		u, err := url.Parse(c.server)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return fs.fail("%s takes the daemon's URL, such as http://127.0.0.1:7070", fs.label("server"))
+		}
+		c.server = strings.TrimSuffix(u.String(), "/")
+	}
+	if c.dataDir != "" {
+		var err error
+		if c.dataDir, err = fs.dataDir(c.dataDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run parses the flags, runs the writes (and, with --baseline, the raw
+// store's), and prints the report.
+func (c *BenchCommand) Run(ctx context.Context, args []string) error {
+	if err := c.parse(args); err != nil {
+		return err
+	}
+	b := &bench{
+		agents: c.agents, duration: c.duration, tool: c.tool,
+		progress: &progress{w: c.Stderr, tty: isTerminal(c.Stderr)},
+	}
+	var (
+		rep *benchReport
+		err error
+	)
+	if c.target == targetInproc {
+		rep, err = b.runInproc(ctx, c.dataDir, c.baseline)
+	} else {
+		token, terr := c.token()
+		if terr != nil {
+			return terr
+		}
+		rep, err = b.runRemote(ctx, c.target, c.server, token)
+	}
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if c.output == "json" {
+		return rep.writeJSON(c.Stdout)
+	}
+	rep.writeTable(c.Stdout)
+	return nil
+}
+
+// token returns the bearer token: the file --token-file names, else
+// $WRITERD_TOKEN.
+func (c *BenchCommand) token() (string, error) {
+	token := os.Getenv("WRITERD_TOKEN")
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(expandHome(c.tokenFile))
+		if err != nil {
+			return "", fmt.Errorf("bench: cannot read the token file: %w", pathless(err))
+		}
+		token = string(b)
+	}
+	token = strings.TrimSpace(token)
+	if strings.ContainsFunc(token, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		return "", fmt.Errorf("bench: the token holds spaces or control characters: it is not a writerd token")
+	}
+	if token == "" {
+		return "", fmt.Errorf("bench: no token: set WRITERD_TOKEN, or give --token-file, with a token that has the write scope (writerd token new --scopes read,write)")
+	}
+	if u, _ := url.Parse(c.server); u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		fmt.Fprintf(c.Stderr, "writerd bench: warning: the token goes to %s over plain HTTP, readable on the way; use https\n", u.Host)
+	}
+	return token, nil
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	encbin "encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
+)
+
+// The baselines of writerd bench --baseline: the raw store doing the puts
+// of one write, with nothing of the pipeline around them. A write's puts
+// are three values of benchArgBytes: the entity under a new ULID, the
+// key's record under principal 0x00 key, the audit event under the next
+// sequence number, each in a bucket of its own, in one transaction. Every
+// baseline runs on a fresh data directory, with writerd's page size and
+// bbolt's defaults otherwise (fsync on), for the same duration and agents
+// as writerd's run.
+
+var (
+	baseEntities = []byte("entities")
+	baseKeys     = []byte("keys")
+	baseEvents   = []byte("events")
+)
+
+// baseValue is every put's value.
+var baseValue = []byte(strings.Repeat("x", benchArgBytes))
+
+// baseline is one way of committing the puts.
+type baseline struct {
+	name string
+	// open opens a store in dir and returns its write, which commits one
+	// write's puts durably, and a count of the commits so far.
+	open func(dir string) (write func(key []byte) error, commits func() int64, close func() error, err error)
+}
+
+func baselines() []baseline {
+	return []baseline{
+		{"db.Update", boltBaseline(func(db *bolt.DB) func(func(*bolt.Tx) error) error { return db.Update })},
+		{"db.Batch 10ms", boltBaseline(func(db *bolt.DB) func(func(*bolt.Tx) error) error {
+			return db.Batch // its default MaxBatchDelay, 10 ms
+		})},
+		{"db.Batch 1ms", boltBaseline(func(db *bolt.DB) func(func(*bolt.Tx) error) error {
+			db.MaxBatchDelay = time.Millisecond
+			return db.Batch
+		})},
+		{"group commit", groupBaseline},
+	}
+}
+
+// runBaselines runs every baseline, one after the other, each on a fresh
+// data directory removed after it.
+func (b *bench) runBaselines(ctx context.Context) ([]*runResult, error) {
+	var runs []*runResult
+	for _, bl := range baselines() {
+		run, err := b.runBaseline(ctx, bl)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+func (b *bench) runBaseline(ctx context.Context, bl baseline) (*runResult, error) {
+	dir, err := os.MkdirTemp("", "writerd-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	write, commits, closeStore, err := bl.open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer closeStore()
+	w := newWorkload(b.tool, b.agents)
+	runtime.GC()
+	c0 := commits()
+	cpu0, cpuOK := cpuTime()
+	run, err := drive(ctx, b.progress, bl.name, b.agents, b.duration, func(a int, i int64) string {
+		if err := write([]byte("bench\x00" + w.key(a, i))); err != nil {
+			return "STORE"
+		}
+		return ""
+	})
+	cpu1, _ := cpuTime()
+	if err != nil {
+		return nil, err
+	}
+	run.setCommits(commits()-c0, run.Writes)
+	if cpuOK {
+		run.setCPU(cpu1 - cpu0)
+	}
+	return run, nil
+}
+
+// boltBaseline commits through a bbolt method, db.Update or db.Batch,
+// which txn returns for the open database. Commits are counted by the
+// transaction ids the writes meet: every write transaction has its own.
+func boltBaseline(txn func(*bolt.DB) func(func(*bolt.Tx) error) error) func(string) (func([]byte) error, func() int64, func() error, error) {
+	return func(dir string) (func([]byte) error, func() int64, func() error, error) {
+		db, err := bolt.Open(filepath.Join(dir, boltdb.FileName), 0o600, &bolt.Options{PageSize: boltdb.PageSize})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		err = db.Update(func(tx *bolt.Tx) error { return createBaseBuckets(tx) })
+		if err != nil {
+			db.Close()
+			return nil, nil, nil, err
+		}
+		var last, commits atomic.Int64
+		do := txn(db)
+		write := func(key []byte) error {
+			return do(func(tx *bolt.Tx) error {
+				if id := int64(tx.ID()); last.Swap(id) != id {
+					commits.Add(1)
+				}
+				return basePuts(tx.Bucket, key)
+			})
+		}
+		return write, commits.Load, db.Close, nil
+	}
+}
+
+// groupBaseline commits through writerd's group commit, boltdb.DB.Update,
+// each write's puts through the savepointed transaction its stores use.
+func groupBaseline(dir string) (func([]byte) error, func() int64, func() error, error) {
+	db, err := boltdb.Open(dir, func(tx any) error {
+		btx, ok := tx.(*bolt.Tx)
+		if !ok {
+			return errors.New("bench: the store's init takes no bbolt transaction")
+		}
+		return createBaseBuckets(btx)
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var commits atomic.Int64
+	db.ObserveCommits(func(time.Duration, int) { commits.Add(1) })
+	write := func(key []byte) error {
+		return db.Update(context.Background(), func(tx pipeline.Tx) error {
+			t, err := kv.Of(tx)
+			if err != nil {
+				return err
+			}
+			return basePuts(t.Bucket, key)
+		})
+	}
+	return write, commits.Load, db.Close, nil
+}
+
+func createBaseBuckets(tx *bolt.Tx) error {
+	for _, name := range [][]byte{baseEntities, baseKeys, baseEvents} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putter is what basePuts needs of a bucket: bbolt's, or kv's.
+type putter interface {
+	Put(key, value []byte) error
+	NextSequence() (uint64, error)
+}
+
+// basePuts puts one write's three values in the buckets bucket returns.
+func basePuts[B putter](bucket func([]byte) B, key []byte) error {
+	if err := bucket(baseEntities).Put([]byte(ulid.Make().String()), baseValue); err != nil {
+		return err
+	}
+	if err := bucket(baseKeys).Put(key, baseValue); err != nil {
+		return err
+	}
+	events := bucket(baseEvents)
+	seq, err := events.NextSequence()
+	if err != nil {
+		return err
+	}
+	return events.Put(encbin.BigEndian.AppendUint64(nil, seq), baseValue)
+}

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/handlers/boltstore"
+	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/metrics"
+	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb"
+)
+
+// bench is one writerd bench: its agents, duration and tool.
+type bench struct {
+	agents   int
+	duration time.Duration
+	tool     string
+	progress *progress
+}
+
+// runInproc runs the writes through a pipeline in this process, on dir or
+// a fresh data directory, then the baselines if asked.
+func (b *bench) runInproc(ctx context.Context, dir string, baseline bool) (*benchReport, error) {
+	rep := &benchReport{Tool: b.tool, Target: targetInproc, Agents: b.agents, Duration: b.duration.Seconds(), Store: "given"}
+	if dir == "" {
+		rep.Store = "fresh"
+		var err error
+		if dir, err = os.MkdirTemp("", "writerd-bench-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	run, err := b.runPipeline(ctx, dir, rep)
+	if err != nil {
+		return nil, err
+	}
+	rep.Writerd = run
+	if baseline {
+		if rep.Baselines, err = b.runBaselines(ctx); err != nil {
+			return nil, err
+		}
+		rep.compare()
+	}
+	return rep, nil
+}
+
+// runPipeline measures the pipeline's writes on dir.
+func (b *bench) runPipeline(ctx context.Context, dir string, rep *benchReport) (*runResult, error) {
+	s, err := openBenchPipeline(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	w := newWorkload(b.tool, b.agents)
+	c := &inprocCaller{p: s.p}
+	if err := setupAgents(ctx, w, c, b.agents); err != nil {
+		return nil, err
+	}
+
+	runtime.GC()
+	before, err := s.measure()
+	if err != nil {
+		return nil, err
+	}
+	rep.StoreBytes = before.file
+	heap := sampleHeap()
+	cpu0, cpuOK := cpuTime()
+	run, err := drive(ctx, b.progress, "writerd", b.agents, b.duration, func(a int, i int64) string {
+		return w.write(ctx, c, a, i)
+	})
+	cpu1, _ := cpuTime()
+	peak := heap()
+	if err != nil {
+		return nil, err
+	}
+	after, err := s.measure()
+	if err != nil {
+		return nil, err
+	}
+	rep.ArgBytes = w.argBytes()
+
+	run.setCommits(after.commits-before.commits, after.committed-before.committed)
+	if cpuOK {
+		run.setCPU(cpu1 - cpu0)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	run.Heap = &memory{End: ms.HeapInuse, Peak: max(peak, ms.HeapInuse)}
+	if n := float64(run.Writes); n > 0 {
+		d := &disk{FilePerWrite: round(float64(after.file-before.file)/n, 1), PagesPerWrite: round(float64(after.pages-before.pages)/n, 1),
+			Buckets: map[string]float64{}}
+		for name, size := range after.buckets {
+			d.Buckets[name] = round(float64(size-before.buckets[name])/n, 1)
+		}
+		run.Disk = d
+	}
+	return run, nil
+}
+
+// setCommits sets a run's commits a second and writes per commit from the
+// commits counted and the writes they held.
+func (r *runResult) setCommits(commits, writes int64) {
+	r.Commits = commits
+	r.CommitsPerSecond = round(float64(commits)/r.Seconds, 1)
+	if commits > 0 {
+		r.WritesPerCommit = round(float64(writes)/float64(commits), 2)
+	}
+}
+
+// setCPU sets the CPU time of the run and per write.
+func (r *runResult) setCPU(d time.Duration) {
+	r.CPU = &cpuUse{Seconds: round(d.Seconds(), 3)}
+	if r.Writes > 0 {
+		r.CPU.PerWriteMicros = round(float64(d.Microseconds())/float64(r.Writes), 1)
+	}
+}
+
+// setupAgents runs each agent's setup, all at once.
+func setupAgents(ctx context.Context, w *workload, c caller, agents int) error {
+	errs := make([]error, agents)
+	var wg sync.WaitGroup
+	for a := range agents {
+		wg.Go(func() { errs[a] = w.setup(ctx, c, a) })
+	}
+	wg.Wait()
+	return firstErr(errs)
+}
+
+// sampleHeap samples the heap in use every 100 ms until the returned func
+// is called, which returns the largest sample.
+func sampleHeap() func() uint64 {
+	var peak atomic.Uint64
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 { close(quit); <-done; return peak.Load() }
+}
+
+// inprocCaller calls the pipeline as a Go program embedding it does.
+type inprocCaller struct{ p *pipeline.Pipeline }
+
+var benchCaller = pipeline.Caller{Principal: "bench", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}
+
+func (c *inprocCaller) call(ctx context.Context, _ int, tool, key, rest string, _ bool) ([]byte, string) {
+	res := c.p.Call(ctx, benchCaller, tool, args(key, rest))
+	switch {
+	case res.Err != nil:
+		return nil, string(res.Err.Code)
+	case res.Replayed:
+		return nil, "REPLAYED" // a key met twice: not a write
+	}
+	return res.Output, ""
+}
+
+// benchPipeline is a pipeline wired as serve wires it: the store opened
+// as serve opens it, its commits observed by the metrics, the audit log
+// with a signing key and its checkpointer, the key collector, a JSON log
+// at level info, written to nowhere.
+type benchPipeline struct {
+	dir   string
+	store *boltdb.Pending
+	p     *pipeline.Pipeline
+
+	stop       context.CancelFunc
+	background sync.WaitGroup
+
+	commits   atomic.Int64 // transactions committed
+	committed atomic.Int64 // writes they held
+}
+
+func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) {
+	store, err := boltdb.OpenPending(ctx, dir, boltstore.Store{}.Init)
+	if err != nil {
+		return nil, fmt.Errorf("the store cannot be opened: %w", err)
+	}
+	if !store.IsOpen() {
+		store.Close()
+		return nil, errors.New("another writerd process holds the data directory; bench needs a store of its own")
+	}
+	key, err := auditlog.LoadKey(filepath.Join(dir, auditKeyFile), newLogOrigin(), true)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	s := &benchPipeline{dir: dir, store: store}
+	store.ObserveCommits(func(d time.Duration, writes int) {
+		m.Commit(d, writes)
+		s.commits.Add(1)
+		s.committed.Add(int64(writes))
+	})
+	s.p = pipeline.New(pipeline.Config{Storage: store, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}, Logger: log, Metrics: m})
+	if err := s.p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+		store.Close()
+		return nil, err
+	}
+	ctx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
+	cp := &auditlog.Checkpointer{Storage: store, Key: key, Every: 1000, Interval: time.Minute, Logger: log}
+	s.background.Go(func() { cp.Run(ctx) })
+	s.background.Go(func() { s.p.Run(ctx) })
+	return s, nil
+}
+
+// close stops the collector and the checkpointer (which signs a last
+// checkpoint) and closes the store.
+func (s *benchPipeline) close() error {
+	s.stop()
+	s.background.Wait()
+	return s.store.Close()
+}
+
+// storeSize is the size of a store at one moment.
+type storeSize struct {
+	file, pages        int64
+	buckets            map[string]int64 // pages allocated, by top-level bucket
+	commits, committed int64
+}
+
+func (s *benchPipeline) measure() (*storeSize, error) {
+	sz := &storeSize{commits: s.commits.Load(), committed: s.committed.Load()}
+	fi, err := os.Stat(filepath.Join(s.dir, boltdb.FileName))
+	if err != nil {
+		return nil, pathless(err)
+	}
+	sz.file = fi.Size()
+	db := s.store.DB()
+	if db == nil {
+		return nil, errors.New("the store closed")
+	}
+	sz.pages, sz.buckets, err = pageSizes(db.Bolt())
+	return sz, err
+}
+
+// pageSizes returns the bytes of pages bbolt uses (its high-water mark,
+// free pages included), and the bytes of pages each top-level bucket
+// holds.
+func pageSizes(db *bolt.DB) (int64, map[string]int64, error) {
+	buckets := map[string]int64{}
+	var pages int64
+	err := db.View(func(tx *bolt.Tx) error {
+		pages = tx.Size()
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			st := b.Stats()
+			buckets[string(name)] = int64(st.BranchAlloc + st.LeafAlloc)
+			return nil
+		})
+	})
+	return pages, buckets, err
+}

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// runRemote runs the writes against a daemon at server, over its direct
+// API or MCP, and reads what the daemon did from its /metrics.
+func (b *bench) runRemote(ctx context.Context, target, server, token string) (*benchReport, error) {
+	rep := &benchReport{Tool: b.tool, Target: target, Agents: b.agents, Duration: b.duration.Seconds(), Store: "daemon"}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = b.agents+8, b.agents+8
+	t.ResponseHeaderTimeout = time.Minute
+	client := &http.Client{Transport: t}
+	defer client.CloseIdleConnections()
+	scraper := &scraper{client: client, url: server + "/metrics"}
+	if _, err := scraper.scrape(ctx); err != nil {
+		return nil, err
+	}
+
+	var c caller
+	if target == targetAPI {
+		c = &apiCaller{client: client, server: server, token: token}
+	} else {
+		mc, err := dialMCP(ctx, server, token, b.agents, t)
+		if err != nil {
+			return nil, err
+		}
+		defer mc.close()
+		c = mc
+	}
+	w := newWorkload(b.tool, b.agents)
+	if err := setupAgents(ctx, w, c, b.agents); err != nil {
+		return nil, err
+	}
+	// One write per agent before the run, not measured: connections are
+	// open, and a refused token is said at once.
+	warm := make([]string, b.agents)
+	var wg sync.WaitGroup
+	for a := range b.agents {
+		wg.Go(func() { warm[a] = w.write(ctx, c, a, -1) })
+	}
+	wg.Wait()
+	for _, code := range warm {
+		if code != "" {
+			return nil, refusal(b.tool, code)
+		}
+	}
+
+	before, err := scraper.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	peak := scraper.sample(ctx)
+	cpu0, cpuOK := cpuTime()
+	run, err := drive(ctx, b.progress, "writerd", b.agents, b.duration, func(a int, i int64) string {
+		return w.write(ctx, c, a, i)
+	})
+	cpu1, _ := cpuTime()
+	heapPeak, rssPeak := peak()
+	if err != nil {
+		return nil, err
+	}
+	after, err := scraper.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.ArgBytes = w.argBytes()
+	run.setCommits(int64(after.commits-before.commits), int64(after.committed-before.committed))
+	if cpuOK {
+		run.setCPU(cpu1 - cpu0)
+	} else {
+		run.CPU = &cpuUse{}
+	}
+	daemon := round(after.cpu-before.cpu, 3)
+	run.CPU.Server = &daemon
+	if run.Writes > 0 {
+		per := round(daemon*1e6/float64(run.Writes), 1)
+		run.CPU.ServerPerWriteMicros = &per
+	}
+	run.Heap = &memory{End: uint64(after.heap), Peak: uint64(max(heapPeak, after.heap))}
+	run.RSS = &memory{End: uint64(after.rss), Peak: uint64(max(rssPeak, after.rss))}
+	rep.Writerd = run
+	return rep, nil
+}
+
+// envelopeCode returns the code of writerd's error envelope, or "".
+func envelopeCode(b []byte) string {
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	json.Unmarshal(b, &e)
+	return e.Error.Code
+}
+
+// apiCaller calls the direct API, POST /v1/tools/{tool}, the key in the
+// Idempotency-Key header.
+type apiCaller struct {
+	client *http.Client
+	server string
+	token  string
+}
+
+func (c *apiCaller) call(ctx context.Context, _ int, tool, key, rest string, want bool) ([]byte, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.server+"/v1/tools/"+tool, strings.NewReader("{"+rest+"}"))
+	if err != nil {
+		return nil, codeTransport
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return nil, codeTransport
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	switch {
+	case err != nil:
+		return nil, codeTransport
+	case resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated:
+		if code := envelopeCode(body); code != "" {
+			return nil, code
+		}
+		return nil, "HTTP_" + strconv.Itoa(resp.StatusCode)
+	case resp.Header.Get("Idempotent-Replayed") == "true":
+		return nil, "REPLAYED"
+	}
+	return body, ""
+}
+
+// mcpCaller calls over MCP Streamable HTTP, one SDK client session per
+// agent, as many agents would.
+type mcpCaller struct {
+	sessions []*sdk.ClientSession
+}
+
+// tokenTransport adds a bearer token to every request.
+type tokenTransport struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.base.RoundTrip(r)
+}
+
+// dialMCP opens a session for each agent, all at once.
+func dialMCP(ctx context.Context, server, token string, agents int, t http.RoundTripper) (*mcpCaller, error) {
+	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-bench", Version: version()}, nil)
+	hc := &http.Client{Transport: tokenTransport{token: token, base: t}}
+	c := &mcpCaller{sessions: make([]*sdk.ClientSession, agents)}
+	errs := make([]error, agents)
+	var wg sync.WaitGroup
+	for a := range agents {
+		wg.Go(func() {
+			c.sessions[a], errs[a] = client.Connect(ctx, &sdk.StreamableClientTransport{
+				Endpoint: server + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1,
+			}, nil)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.close()
+		return nil, fmt.Errorf("cannot open an MCP session at %s/mcp (is the token in the daemon's tokens file?): %w", server, firstErr(errs))
+	}
+	return c, nil
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *mcpCaller) close() {
+	for _, s := range c.sessions {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+func (c *mcpCaller) call(ctx context.Context, agent int, tool, key, rest string, want bool) ([]byte, string) {
+	res, err := c.sessions[agent].CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: json.RawMessage(args(key, rest))})
+	var rpc *jsonrpc.Error
+	switch {
+	case errors.As(err, &rpc):
+		return nil, "JSONRPC_" + strconv.FormatInt(rpc.Code, 10)
+	case err != nil:
+		return nil, codeTransport
+	case res.IsError:
+		for _, content := range res.Content {
+			if t, ok := content.(*sdk.TextContent); ok {
+				if code := envelopeCode([]byte(t.Text)); code != "" {
+					return nil, code
+				}
+			}
+		}
+		return nil, "TOOL_ERROR"
+	case res.Meta["writerd/replayed"] == true:
+		return nil, "REPLAYED"
+	case !want:
+		return nil, ""
+	}
+	out, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return nil, "TOOL_ERROR"
+	}
+	return out, ""
+}
+
+// scraper reads a daemon's /metrics: its commits (the
+// writerd_store_commit_batch_size histogram), its heap in use, resident
+// memory and CPU time.
+type scraper struct {
+	client *http.Client
+	url    string
+}
+
+// daemonStats is what one scrape read.
+type daemonStats struct {
+	commits, committed float64 // the batch size histogram's count and sum
+	heap, rss, cpu     float64
+}
+
+func (s *scraper) scrape(ctx context.Context) (*daemonStats, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("the daemon does not answer at %s: %w", strings.TrimSuffix(s.url, "/metrics"), errors.Unwrap(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the daemon answered %s to GET /metrics: is it a writerd serve with HTTP?", resp.Status)
+	}
+	st := &daemonStats{}
+	writerd := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		value, _, _ = strings.Cut(value, " ") // a timestamp may follow
+		var p *float64
+		switch name {
+		case "writerd_store_commit_batch_size_count":
+			p, writerd = &st.commits, true
+		case "writerd_store_commit_batch_size_sum":
+			p = &st.committed
+		case "go_memstats_heap_inuse_bytes":
+			p = &st.heap
+		case "process_resident_memory_bytes":
+			p = &st.rss
+		case "process_cpu_seconds_total":
+			p = &st.cpu
+		default:
+			continue
+		}
+		if f, err := strconv.ParseFloat(value, 64); err == nil {
+			*p = f
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading the daemon's /metrics: %w", err)
+	}
+	if !writerd {
+		return nil, errors.New("the daemon's /metrics has no writerd_store_commit_batch_size: is it writerd?")
+	}
+	return st, nil
+}
+
+// sample scrapes every second until the returned func is called, which
+// returns the largest heap in use and resident size seen.
+func (s *scraper) sample(ctx context.Context) func() (heap, rss float64) {
+	var mu sync.Mutex
+	var heap, rss float64
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			if st, err := s.scrape(ctx); err == nil {
+				mu.Lock()
+				heap, rss = max(heap, st.heap), max(rss, st.rss)
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() (float64, float64) {
+		close(quit)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return heap, rss
+	}
+}
