@@ -60,9 +60,9 @@ type latency struct {
 // cpuUse is the CPU time a run used: this process's (user and system),
 // and a daemon's from its process_cpu_seconds_total.
 type cpuUse struct {
-	Seconds            float64  `json:"seconds"`
-	PerWriteMicros     float64  `json:"us_per_write"`
-	Server             *float64 `json:"server_seconds,omitempty"`
+	Seconds              float64  `json:"seconds"`
+	PerWriteMicros       float64  `json:"us_per_write"`
+	Server               *float64 `json:"server_seconds,omitempty"`
 	ServerPerWriteMicros *float64 `json:"server_us_per_write,omitempty"`
 }
 
