@@ -94,7 +94,7 @@ func (b *bench) runPipeline(ctx context.Context, dir string, rep *benchReport) (
 	}
 	rep.ArgBytes = w.argBytes()
 
-	run.setCommits(after.commits-before.commits, after.committed-before.committed)
+	run.setCommits(after.commits.sub(before.commits))
 	if cpuOK {
 		run.setCPU(cpu1 - cpu0)
 	}
@@ -112,13 +112,39 @@ func (b *bench) runPipeline(ctx context.Context, dir string, rep *benchReport) (
 	return run, nil
 }
 
-// setCommits sets a run's commits a second and writes per commit from the
-// commits counted and the writes they held.
-func (r *runResult) setCommits(commits, writes int64) {
-	r.Commits = commits
-	r.CommitsPerSecond = round(float64(commits)/r.Seconds, 1)
-	if commits > 0 {
-		r.WritesPerCommit = round(float64(writes)/float64(commits), 2)
+// tally is the commits of a store so far: how many, the writes they held,
+// and the time they took (the writes run in them and the fsync included;
+// zero where not known).
+type tally struct {
+	commits, writes int64
+	time            time.Duration
+}
+
+func (t tally) sub(u tally) tally {
+	return tally{t.commits - u.commits, t.writes - u.writes, t.time - u.time}
+}
+
+// tallier counts commits as a store reports them (DB.ObserveCommits).
+type tallier struct{ commits, writes, nanos atomic.Int64 }
+
+func (t *tallier) observe(d time.Duration, writes int) {
+	t.commits.Add(1)
+	t.writes.Add(int64(writes))
+	t.nanos.Add(int64(d))
+}
+
+func (t *tallier) load() tally {
+	return tally{t.commits.Load(), t.writes.Load(), time.Duration(t.nanos.Load())}
+}
+
+// setCommits sets a run's commits a second, writes per commit and the
+// mean time of a commit from the commits of the run.
+func (r *runResult) setCommits(t tally) {
+	r.Commits = t.commits
+	r.CommitsPerSecond = round(float64(t.commits)/r.Seconds, 1)
+	if t.commits > 0 {
+		r.WritesPerCommit = round(float64(t.writes)/float64(t.commits), 2)
+		r.CommitMillis = round(ms(t.time)/float64(t.commits), 3)
 	}
 }
 
@@ -194,8 +220,7 @@ type benchPipeline struct {
 	stop       context.CancelFunc
 	background sync.WaitGroup
 
-	commits   atomic.Int64 // transactions committed
-	committed atomic.Int64 // writes they held
+	commits tallier
 }
 
 func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) {
@@ -218,8 +243,7 @@ func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) 
 	s := &benchPipeline{dir: dir, store: store}
 	store.ObserveCommits(func(d time.Duration, writes int) {
 		m.Commit(d, writes)
-		s.commits.Add(1)
-		s.committed.Add(int64(writes))
+		s.commits.observe(d, writes)
 	})
 	s.p = pipeline.New(pipeline.Config{Storage: store, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}, Logger: log, Metrics: m})
 	if err := s.p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
@@ -243,13 +267,13 @@ func (s *benchPipeline) close() error {
 
 // storeSize is the size of a store at one moment.
 type storeSize struct {
-	file, pages        int64
-	buckets            map[string]int64 // pages allocated, by top-level bucket
-	commits, committed int64
+	file, pages int64
+	buckets     map[string]int64 // pages allocated, by top-level bucket
+	commits     tally
 }
 
 func (s *benchPipeline) measure() (*storeSize, error) {
-	sz := &storeSize{commits: s.commits.Load(), committed: s.committed.Load()}
+	sz := &storeSize{commits: s.commits.load()}
 	fi, err := os.Stat(filepath.Join(s.dir, boltdb.FileName))
 	if err != nil {
 		return nil, pathless(err)

@@ -79,7 +79,7 @@ func (b *bench) runRemote(ctx context.Context, target, server, token string) (*b
 		return nil, err
 	}
 	rep.ArgBytes = w.argBytes()
-	run.setCommits(int64(after.commits-before.commits), int64(after.committed-before.committed))
+	run.setCommits(after.tally().sub(before.tally()))
 	if cpuOK {
 		run.setCPU(cpu1 - cpu0)
 	} else {
@@ -232,9 +232,9 @@ func (c *mcpCaller) call(ctx context.Context, agent int, tool, key, rest string,
 	return out, ""
 }
 
-// scraper reads a daemon's /metrics: its commits (the
-// writerd_store_commit_batch_size histogram), its heap in use, resident
-// memory and CPU time.
+// scraper reads a daemon's /metrics: its commits (the histograms
+// writerd_store_commit_batch_size and writerd_store_commit_duration_seconds),
+// its heap in use, resident memory and CPU time.
 type scraper struct {
 	client *http.Client
 	url    string
@@ -243,7 +243,12 @@ type scraper struct {
 // daemonStats is what one scrape read.
 type daemonStats struct {
 	commits, committed float64 // the batch size histogram's count and sum
+	seconds            float64 // the commit duration histogram's sum
 	heap, rss, cpu     float64
+}
+
+func (d *daemonStats) tally() tally {
+	return tally{int64(d.commits), int64(d.committed), time.Duration(d.seconds * float64(time.Second))}
 }
 
 func (s *scraper) scrape(ctx context.Context) (*daemonStats, error) {
@@ -279,6 +284,8 @@ func (s *scraper) scrape(ctx context.Context) (*daemonStats, error) {
 			p, writerd = &st.commits, true
 		case "writerd_store_commit_batch_size_sum":
 			p = &st.committed
+		case "writerd_store_commit_duration_seconds_sum":
+			p = &st.seconds
 		case "go_memstats_heap_inuse_bytes":
 			p = &st.heap
 		case "process_resident_memory_bytes":

@@ -41,10 +41,13 @@ type runResult struct {
 	Commits          int64   `json:"commits"`
 	CommitsPerSecond float64 `json:"commits_per_second"`
 	WritesPerCommit  float64 `json:"writes_per_commit"`
-	CPU              *cpuUse `json:"cpu,omitempty"`
-	Heap             *memory `json:"heap_inuse_bytes,omitempty"`
-	RSS              *memory `json:"resident_bytes,omitempty"` // a daemon's
-	Disk             *disk   `json:"disk,omitempty"`
+	// CommitMillis is the mean time of a commit: the writes run in its
+	// transaction and the fsync (writerd's group commit only).
+	CommitMillis float64 `json:"commit_ms,omitempty"`
+	CPU          *cpuUse `json:"cpu,omitempty"`
+	Heap         *memory `json:"heap_inuse_bytes,omitempty"`
+	RSS          *memory `json:"resident_bytes,omitempty"` // a daemon's
+	Disk         *disk   `json:"disk,omitempty"`
 	// Ratio is writerd's against this run (on a baseline only).
 	Ratio *ratio `json:"writerd_ratio,omitempty"`
 }
@@ -125,10 +128,14 @@ func (r *benchReport) writeJSON(w io.Writer) error {
 // disk.
 func (r *benchReport) writeTable(w io.Writer) {
 	where := map[string]string{targetInproc: "in process", targetAPI: "over the direct API", targetMCP: "over MCP Streamable HTTP"}[r.Target]
-	fmt.Fprintf(w, "writerd bench: %s %s, %d agents for %s, arguments of %d bytes, fsync on\n\n",
-		r.Tool, where, r.Agents, trimFloat(r.Duration)+"s", r.ArgBytes)
+	agents := fmt.Sprintf("%d agents", r.Agents)
+	if r.Agents == 1 {
+		agents = "1 agent"
+	}
+	fmt.Fprintf(w, "writerd bench: %s %s, %s for %s, arguments of %d bytes, fsync on\n\n",
+		r.Tool, where, agents, trimFloat(r.Duration)+"s", r.ArgBytes)
 	t := &table{w: w}
-	rows := [][]string{{"RUN", "WRITES", "WRITES/S", "P50", "P90", "P99", "MAX", "COMMITS/S", "WRITES/COMMIT", "CPU/WRITE", "ERRORS"}}
+	rows := [][]string{{"RUN", "WRITES", "WRITES/S", "P50", "P90", "P99", "MAX", "COMMITS/S", "WRITES/COMMIT", "MS/COMMIT", "CPU/WRITE", "ERRORS"}}
 	for _, run := range append([]*runResult{r.Writerd}, r.Baselines...) {
 		row := []string{run.Name, thousands(float64(run.Writes)), thousands(run.WritesPerSecond)}
 		if l := run.Latency; l != nil {
@@ -136,11 +143,15 @@ func (r *benchReport) writeTable(w io.Writer) {
 		} else {
 			row = append(row, "-", "-", "-", "-")
 		}
-		row = append(row, thousands(run.CommitsPerSecond), fmt.Sprintf("%.1f", run.WritesPerCommit), "-", thousands(float64(errorCount(run.Errors))))
+		commit := "-"
+		if run.CommitMillis > 0 {
+			commit = fmt.Sprintf("%.2f", run.CommitMillis)
+		}
+		row = append(row, thousands(run.CommitsPerSecond), fmt.Sprintf("%.1f", run.WritesPerCommit), commit, "-", thousands(float64(errorCount(run.Errors))))
 		if run.CPU != nil {
-			row[9] = micros(run.CPU.PerWriteMicros)
+			row[10] = micros(run.CPU.PerWriteMicros)
 			if run.CPU.ServerPerWriteMicros != nil {
-				row[9] += " + " + micros(*run.CPU.ServerPerWriteMicros)
+				row[10] += " + " + micros(*run.CPU.ServerPerWriteMicros)
 			}
 		}
 		rows = append(rows, row)
