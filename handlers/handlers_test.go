@@ -68,15 +68,7 @@ func checkAll(tx *bolt.Tx) error {
 	if err := boltdb.Check(tx); err != nil {
 		return err
 	}
-	var events []boltstore.Event
-	err := auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
-		ev := boltstore.Event{Seq: e.Seq, Tool: e.Tool, OK: e.Outcome == auditlog.OK}
-		for _, t := range e.Targets {
-			ev.Targets = append(ev.Targets, boltstore.Target{Kind: t.Kind, ID: t.ID, Revision: t.Revision})
-		}
-		events = append(events, ev)
-		return nil
-	})
+	events, err := boltstore.EventsOf(tx)
 	if err != nil {
 		return err
 	}

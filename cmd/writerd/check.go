@@ -8,7 +8,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/pipeline/boltdb"
 )
@@ -130,15 +129,7 @@ func (c *CheckCommand) Run(_ context.Context, args []string) error {
 // returns every problem, and the number of audit events read.
 func checkStore(tx *bolt.Tx) ([]error, int) {
 	problems := split(boltdb.Check(tx))
-	var events []boltstore.Event
-	err := auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
-		ev := boltstore.Event{Seq: e.Seq, Tool: e.Tool, OK: e.Outcome == auditlog.OK}
-		for _, t := range e.Targets {
-			ev.Targets = append(ev.Targets, boltstore.Target{Kind: t.Kind, ID: t.ID, Revision: t.Revision})
-		}
-		events = append(events, ev)
-		return nil
-	})
+	events, err := boltstore.EventsOf(tx)
 	if err != nil {
 		return problems, len(events) // boltdb.Check named it
 	}

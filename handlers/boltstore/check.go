@@ -7,12 +7,12 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 )
 
-// Event is what Check needs of one audit event. The caller reads the audit
-// log (writerd check reads it through auditlog), so that this package
-// depends on the pipeline alone.
+// Event is what Check needs of one audit event; EventsOf reads them from
+// the audit log.
 type Event struct {
 	Seq     uint64
 	Tool    string
@@ -26,6 +26,21 @@ type Target struct {
 	Kind     string
 	ID       string
 	Revision int64
+}
+
+// EventsOf reads the audit log's events, in sequence order, as Check takes
+// them.
+func EventsOf(tx any) ([]Event, error) {
+	var events []Event
+	err := auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
+		ev := Event{Seq: e.Seq, Tool: e.Tool, OK: e.Outcome == auditlog.OK}
+		for _, t := range e.Targets {
+			ev.Targets = append(ev.Targets, Target{Kind: t.Kind, ID: t.ID, Revision: t.Revision})
+		}
+		events = append(events, ev)
+		return nil
+	})
+	return events, err
 }
 
 // The kinds of entity the built-in tools name in their events.

@@ -131,15 +131,8 @@ func TestCheck_WrittenByTheTools(t *testing.T) {
 
 	var events []boltstore.Event
 	err := db.Bolt().View(func(tx *bolt.Tx) error {
-		err := auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
-			ev := boltstore.Event{Seq: e.Seq, Tool: e.Tool, OK: e.Outcome == auditlog.OK}
-			for _, t := range e.Targets {
-				ev.Targets = append(ev.Targets, boltstore.Target{Kind: t.Kind, ID: t.ID, Revision: t.Revision})
-			}
-			events = append(events, ev)
-			return nil
-		})
-		if err != nil {
+		var err error
+		if events, err = boltstore.EventsOf(tx); err != nil {
 			return err
 		}
 		return boltstore.Check(tx, events)
