@@ -97,6 +97,9 @@ func TestBench_Inproc(t *testing.T) {
 			if run.Heap == nil || run.Heap.End == 0 || run.Heap.Peak < run.Heap.End {
 				t.Errorf("heap %+v, want an end and a peak no smaller", run.Heap)
 			}
+			if run.CommitMillis <= 0 {
+				t.Errorf("no time a commit: %v ms", run.CommitMillis)
+			}
 			if run.Disk == nil || run.Disk.PagesPerWrite <= 0 || run.Disk.Buckets["audit_events"] <= 0 {
 				t.Errorf("disk %+v, want bytes per write, the audit log's among them", run.Disk)
 			}
@@ -137,6 +140,9 @@ func TestBench_Baseline(t *testing.T) {
 		}
 		if b.Name == "db.Update" && b.WritesPerCommit != 1 {
 			t.Errorf("db.Update commits %.2f writes a transaction, want 1", b.WritesPerCommit)
+		}
+		if (b.Name == "group commit") != (b.CommitMillis > 0) {
+			t.Errorf("%s: %v ms a commit; want the time of group commit's only", b.Name, b.CommitMillis)
 		}
 	}
 	if !slices.Equal(got, names) {
@@ -200,8 +206,8 @@ func TestBench_Remote(t *testing.T) {
 			}
 			run := rep.Writerd
 			mustHaveWritten(t, run)
-			if run.CPU.Server == nil || *run.CPU.Server <= 0 || run.Heap == nil || run.Heap.End == 0 || run.RSS == nil || run.RSS.End == 0 || run.Disk != nil {
-				t.Errorf("cpu %+v, heap %+v, resident %+v, disk %+v; want the daemon's CPU and memory, and no disk", run.CPU, run.Heap, run.RSS, run.Disk)
+			if run.CPU.Server == nil || *run.CPU.Server <= 0 || run.CommitMillis <= 0 || run.Heap == nil || run.Heap.End == 0 || run.RSS == nil || run.RSS.End == 0 || run.Disk != nil {
+				t.Errorf("cpu %+v, commits of %v ms, heap %+v, resident %+v, disk %+v; want the daemon's CPU, commits and memory, and no disk", run.CPU, run.CommitMillis, run.Heap, run.RSS, run.Disk)
 			}
 			switch tt.tool {
 			case "create_project":
