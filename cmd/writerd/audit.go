@@ -342,20 +342,11 @@ func pathless(err error) error {
 // principal, WRITERD_KEY the verifier key) would hide events silently.
 var envFlags = map[string]bool{"server": true, "data": true, "token-file": true, "key": true, "audit-key": true}
 
-// parseAudit parses an audit command's flags as parse does, then sets back
-// the flags that envFlags keeps from the environment.
+// parseAudit parses an audit command's flags, taking only envFlags from
+// the environment.
 func parseAudit(fs *flagSet, args []string) error {
-	before := map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) { before[f.Name] = f.Value.String() })
-	if err := fs.parse(args); err != nil {
-		return err
-	}
-	for name := range fs.fromEnv {
-		if !envFlags[name] {
-			fs.Lookup(name).Value.Set(before[name]) // its default, which it takes
-		}
-	}
-	return nil
+	fs.env = envFlags
+	return fs.parse(args)
 }
 
 // splitArgs separates a command's one argument (show's ID) from its flags,

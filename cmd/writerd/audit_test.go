@@ -318,7 +318,8 @@ func TestAudit_HelpAndUsageErrors(t *testing.T) {
 // Ensure list's filters select exactly the events they name, alone and
 // combined, with absolute and relative times, from a data directory and
 // from the daemon serving it alike; a variable meant for another command
-// (WRITERD_PRINCIPAL is serve's) filters nothing.
+// (WRITERD_PRINCIPAL is serve's) filters nothing, and one that is no
+// audit flag's value (WRITERD_SINCE=last week) stops nothing.
 func TestAuditList_Filters(t *testing.T) {
 	now := time.Now()
 	dir := mustSeedLog(t, now, []seeded{
@@ -376,7 +377,7 @@ func TestAuditList_Filters(t *testing.T) {
 			var tables []string
 			for _, name := range []string{"data", "server"} {
 				args := append(append([]string{"list"}, sources[name]...), tt.args...)
-				r := mustAudit(t, append(env, "WRITERD_PRINCIPAL=nobody", "WRITERD_LIMIT=1"), append(args, "-o", "jsonl")...)
+				r := mustAudit(t, append(env, "WRITERD_PRINCIPAL=nobody", "WRITERD_LIMIT=1", "WRITERD_SINCE=last week"), append(args, "-o", "jsonl")...)
 				if r.code != 0 || r.stderr != "" {
 					t.Fatalf("%s: exit %d\n%s", name, r.code, r.stderr)
 				}

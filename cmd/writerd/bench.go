@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -136,33 +135,18 @@ func (c *BenchCommand) flags() *flagSet {
 // benchEnvFlags are the flags bench takes from the environment: where the
 // daemon is and its token. No other is: WRITERD_DATA is serve's store, and
 // a WRITERD_DURATION meant for nothing should not stop a bench.
-var benchEnvFlags = []string{"server", "token-file"}
+var benchEnvFlags = map[string]bool{"server": true, "token-file": true}
 
-// parse parses the flags as flagSet.parse does, but takes only
-// benchEnvFlags from the environment.
+// parse parses the flags, taking only benchEnvFlags from the environment,
+// and checks that they go together.
 func (c *BenchCommand) parse(args []string) error {
 	fs := c.flags()
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.printUsage(fs.stdout)
-			return flag.ErrHelp
-		}
-		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
-			return fs.fail("unknown flag %s", name)
-		}
-		return fs.fail("%s", fs.explain(err))
-	}
-	if fs.NArg() > 0 {
-		return fs.fail("unexpected argument %q", fs.Arg(0))
+	fs.env = benchEnvFlags
+	if err := fs.parse(args); err != nil {
+		return err
 	}
 	given := map[string]bool{} // on the command line
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, name := range benchEnvFlags {
-		if v, ok := os.LookupEnv(envName(name)); ok && !given[name] {
-			fs.fromEnv[name] = true
-			fs.Set(name, v)
-		}
-	}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = !fs.fromEnv[f.Name] })
 	remote := c.target != targetInproc
 	switch {
 	case c.agents > benchMaxAgents:

@@ -25,6 +25,7 @@ type flagSet struct {
 	forms    map[string]*formFlag // flags that name the form they take
 	defaults map[string]string    // a default to show instead of its value
 	fromEnv  map[string]bool      // flags set from the environment
+	env      map[string]bool      // flags the environment may set; nil for all
 	stdout   io.Writer
 	stderr   io.Writer
 }
@@ -94,7 +95,8 @@ func (fs *flagSet) printUsage(w io.Writer) {
 
 // parse parses args, then sets the flags not given from the environment
 // (WRITERD_<FLAG>, dashes as underscores): flags, then environment, then
-// defaults. The command takes no arguments besides flags. Help asked for
+// defaults. With fs.env set, only the flags it names are read from the
+// environment. The command takes no arguments besides flags. Help asked for
 // prints the usage to stdout and returns flag.ErrHelp; a usage error
 // prints its message and the usage to stderr and returns errUsage.
 func (fs *flagSet) parse(args []string) error {
@@ -115,8 +117,11 @@ func (fs *flagSet) parse(args []string) error {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil || (fs.env != nil && !fs.env[f.Name]) {
+			return
+		}
 		env := envName(f.Name)
-		if v, ok := os.LookupEnv(env); ok && !given[f.Name] && err == nil {
+		if v, ok := os.LookupEnv(env); ok {
 			fs.fromEnv[f.Name] = true
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fs.fail("%s", fs.explain(fmt.Errorf("%s: %w", env, e)))
