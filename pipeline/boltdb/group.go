@@ -111,6 +111,9 @@ func (c *committer) loop() {
 			}
 		}
 		c.commit(batch)
+		// Forget the batch: a write's fn holds its transaction, and with
+		// it every page bbolt read or wrote in it, until overwritten.
+		clear(batch)
 	}
 }
 
