@@ -96,14 +96,14 @@ func (Bolt) Append(tx any, e *Event) error {
 		return err
 	}
 	if k, last := b.Cursor().Last(); last != nil {
-		prev, err := decode(canonicalOf(int(binary.BigEndian.Uint64(k)), last))
+		prevID, prevTime, err := stampOf(canonicalOf(int(binary.BigEndian.Uint64(k)), last))
 		if err != nil {
 			return err
 		}
-		if e.Time.Before(prev.Time) {
-			e.Time = prev.Time
+		if e.Time.Before(prevTime) {
+			e.Time = prevTime
 		}
-		e.ID, err = nextID(e.Time, prev.ID)
+		e.ID, err = nextID(e.Time, prevID)
 		if err != nil {
 			return err
 		}
