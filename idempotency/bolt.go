@@ -10,15 +10,24 @@ import (
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
-// bucket holds one record per principal and key, under principal 0x00 key;
-// expiryBucket indexes them by expiry: expires-at (8 bytes, big-endian Unix
-// nanoseconds) then the record's key, with no value. The index only grows
-// at its end (time goes forward) and is cut from its start, so it is
-// filled to the brim, and collection touches expired records only.
+// The buckets. Records are stored in the order they expire, under
+// expires-at (8 bytes, big-endian Unix nanoseconds) then a sequence number
+// (8 bytes), so that the record bucket grows at its end (time goes
+// forward), filled to the brim, and collection cuts it from its start,
+// touching expired records only. The index maps principal 0x00 key to the
+// record's storage key: the only bucket a write inserts into at a random
+// place, with entries of some 60 bytes.
+//
+// A store of the earlier layout (one bucket of JSON records by principal
+// and key, and an expiry index beside it) is converted when it opens.
 var (
-	bucket       = []byte("idempotency")
-	expiryBucket = []byte("idempotency_expiry")
+	indexBucket  = []byte("idempotency")
+	recordBucket = []byte("idempotency_records")
+	legacyExpiry = []byte("idempotency_expiry")
 )
+
+// recordKeySize is the size of a record's storage key.
+const recordKeySize = 16
 
 // ErrTx is returned when a method is given a transaction of another backend.
 var ErrTx = errors.New("idempotency: not a bbolt transaction")
@@ -29,160 +38,215 @@ var ErrTx = errors.New("idempotency: not a bbolt transaction")
 type Bolt struct{}
 
 // Init creates the buckets; call it once in a writable transaction. A
-// store of before the expiry index gets one, built from its records.
+// store of the earlier layout is converted.
 func (Bolt) Init(tx any) error {
 	t, err := kv.Of(tx)
 	if err != nil {
 		return ErrTx
 	}
-	if _, err = t.Bolt().CreateBucketIfNotExists(bucket); err != nil {
-		return err
-	}
-	if t.Bolt().Bucket(expiryBucket) != nil {
+	if t.Bolt().Bucket(recordBucket) != nil {
 		return nil
 	}
-	if _, err := t.Bolt().CreateBucket(expiryBucket); err != nil {
-		return err
-	}
-	records, index := t.Bucket(bucket), t.Bucket(expiryBucket)
-	return records.ForEach(func(k, v []byte) error {
-		r, err := unmarshal(v)
+	var legacy []*Record
+	if old := t.Bolt().Bucket(indexBucket); old != nil {
+		err := old.ForEach(func(_, v []byte) error {
+			r, err := unmarshalJSON(v)
+			if err != nil {
+				return fmt.Errorf("idempotency: convert a record: %w", err)
+			}
+			legacy = append(legacy, r)
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("idempotency: decode record: %w", err)
+			return err
 		}
-		return index.Put(expiryKey(r.ExpiresAt, k), nil)
-	})
+		for _, name := range [][]byte{indexBucket, legacyExpiry} {
+			if t.Bolt().Bucket(name) == nil {
+				continue
+			}
+			if err := t.Bolt().DeleteBucket(name); err != nil {
+				return err
+			}
+		}
+	}
+	for _, name := range [][]byte{indexBucket, recordBucket} {
+		if _, err := t.Bolt().CreateBucket(name); err != nil {
+			return err
+		}
+	}
+	for _, r := range legacy {
+		if err := (Bolt{}).Put(t, r); err != nil {
+			return fmt.Errorf("idempotency: convert a record: %w", err)
+		}
+	}
+	return nil
 }
 
-// expiryKey is a record's entry in the expiry index.
-func expiryKey(expires time.Time, storage []byte) []byte {
-	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(storage)), uint64(expires.UnixNano()))
-	return append(k, storage...)
-}
-
-func storageKey(principal, key string) []byte {
+// indexKey is a record's key in the index: principal 0x00 key.
+func indexKey(principal, key string) []byte {
 	k := make([]byte, 0, len(principal)+1+len(key))
 	k = append(k, principal...)
 	k = append(k, 0)
 	return append(k, key...)
 }
 
-func recordBucket(tx any) (*kv.Bucket, error) {
-	records, _, err := buckets(tx)
-	return records, err
+// recordKey is a record's storage key: its expiry, then seq.
+func recordKey(expires time.Time, seq uint64) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, recordKeySize), uint64(expires.UnixNano()))
+	return binary.BigEndian.AppendUint64(k, seq)
 }
 
-func buckets(tx any) (records, index *kv.Bucket, err error) {
+// expiryOf reads the expiry out of a record's storage key.
+func expiryOf(k []byte) time.Time { return time.Unix(0, int64(binary.BigEndian.Uint64(k))) }
+
+func buckets(tx any) (index, records *kv.Bucket, err error) {
 	t, err := kv.Of(tx)
 	if err != nil {
 		return nil, nil, ErrTx
 	}
-	records, index = t.Bucket(bucket), t.Bucket(expiryBucket)
-	if records == nil || index == nil {
+	index, records = t.Bucket(indexBucket), t.Bucket(recordBucket)
+	if index == nil || records == nil {
 		return nil, nil, errors.New("idempotency: bucket missing")
 	}
-	index.SetFillPercent(1)
-	return records, index, nil
+	records.SetFillPercent(1)
+	return index, records, nil
 }
 
 // Get returns the record of principal's key, or nil if there is none. It
 // returns expired records too; Match treats them as absent.
 func (Bolt) Get(tx any, principal, key string) (*Record, error) {
-	b, err := recordBucket(tx)
+	index, records, err := buckets(tx)
 	if err != nil {
 		return nil, err
 	}
-	v := b.Get(storageKey(principal, key))
-	if v == nil {
+	rk := index.Get(indexKey(principal, key))
+	if rk == nil {
 		return nil, nil
 	}
-	r, err := unmarshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("idempotency: decode record: %w", err)
+	v := records.Get(rk)
+	if v == nil {
+		return nil, fmt.Errorf("idempotency: the index names a missing record")
 	}
-	return r, nil
+	return unmarshal(v)
 }
 
-// Put stores r, replacing an expired record of the same key, and indexes
-// it by its expiry.
+// Put stores r, replacing an expired record of the same key.
 func (Bolt) Put(tx any, r *Record) error {
-	records, index, err := buckets(tx)
+	index, records, err := buckets(tx)
 	if err != nil {
 		return err
 	}
-	k := storageKey(r.Principal, r.Key)
-	if old := records.Get(k); old != nil {
-		prev, err := unmarshal(old)
-		if err != nil {
-			return fmt.Errorf("idempotency: decode record: %w", err)
-		}
-		if err := index.Delete(expiryKey(prev.ExpiresAt, k)); err != nil {
+	ik := indexKey(r.Principal, r.Key)
+	if old := index.Get(ik); old != nil {
+		if err := records.Delete(bytes.Clone(old)); err != nil {
 			return err
 		}
 	}
-	v, err := r.marshal()
+	seq, err := records.NextSequence()
 	if err != nil {
-		return fmt.Errorf("idempotency: encode record: %w", err)
-	}
-	if err := records.Put(k, v); err != nil {
 		return err
 	}
-	return index.Put(expiryKey(r.ExpiresAt, k), nil)
+	v, err := r.marshal()
+	if err != nil {
+		return err
+	}
+	rk := recordKey(r.ExpiresAt, seq)
+	if err := records.Put(rk, v); err != nil {
+		return err
+	}
+	return index.Put(ik, rk)
 }
 
 // HasExpired reports whether any record has expired at now: a read, so
 // that a collector opens no write transaction when nothing expired.
 func (Bolt) HasExpired(tx any, now time.Time) (bool, error) {
-	_, index, err := buckets(tx)
+	_, records, err := buckets(tx)
 	if err != nil {
 		return false, err
 	}
-	k, _ := index.Cursor().First()
-	return k != nil && !now.Before(time.Unix(0, int64(binary.BigEndian.Uint64(k)))), nil
+	k, _ := records.Cursor().First()
+	return k != nil && !now.Before(expiryOf(k)), nil
 }
 
-// Collect deletes up to limit expired records, the earliest first, through
-// the expiry index: it touches expired records only. It reports how many it
-// deleted and whether expired records remain.
+// Collect deletes up to limit expired records, the earliest first, with
+// their index entries: it touches expired records only. It reports how
+// many it deleted and whether expired records remain.
 func (Bolt) Collect(tx any, now time.Time, limit int) (deleted int, more bool, err error) {
-	records, index, err := buckets(tx)
+	index, records, err := buckets(tx)
 	if err != nil {
 		return 0, false, err
 	}
-	var entries [][]byte
-	c := index.Cursor()
-	k, _ := c.First()
-	for ; k != nil && len(entries) < limit; k, _ = c.Next() {
-		if now.Before(time.Unix(0, int64(binary.BigEndian.Uint64(k)))) {
-			break
+	type entry struct{ rk, ik []byte }
+	var expired []entry
+	c := records.Cursor()
+	k, v := c.First()
+	for ; k != nil && len(expired) < limit && !now.Before(expiryOf(k)); k, v = c.Next() {
+		principal, key, err := owner(v)
+		if err != nil {
+			return 0, false, err
 		}
-		entries = append(entries, bytes.Clone(k))
+		expired = append(expired, entry{bytes.Clone(k), indexKey(principal, key)})
 	}
-	more = k != nil && len(entries) == limit && !now.Before(time.Unix(0, int64(binary.BigEndian.Uint64(k))))
+	more = k != nil && !now.Before(expiryOf(k))
 	// Deleting while a cursor walks the bucket skips items; delete after.
-	for _, e := range entries {
-		if err := records.Delete(e[8:]); err != nil {
+	for _, e := range expired {
+		if err := records.Delete(e.rk); err != nil {
 			return 0, false, err
 		}
-		if err := index.Delete(e); err != nil {
+		if err := index.Delete(e.ik); err != nil {
 			return 0, false, err
 		}
 	}
-	return len(entries), more, nil
+	return len(expired), more, nil
 }
 
-// ForEach calls fn with every record, expired or not, in storage order,
-// stopping at the first error fn returns.
+// ForEach calls fn with every record, expired or not, in the order they
+// expire, stopping at the first error fn returns.
 func (Bolt) ForEach(tx any, fn func(*Record) error) error {
-	b, err := recordBucket(tx)
+	_, records, err := buckets(tx)
 	if err != nil {
 		return err
 	}
-	return b.ForEach(func(_, v []byte) error {
+	return records.ForEach(func(_, v []byte) error {
 		r, err := unmarshal(v)
 		if err != nil {
-			return fmt.Errorf("idempotency: decode record: %w", err)
+			return err
 		}
 		return fn(r)
 	})
+}
+
+// Check verifies the index against the records, one entry per record
+// naming it by its own principal and key, and returns every problem found,
+// joined.
+func (Bolt) Check(tx any) error {
+	index, records, err := buckets(tx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	indexed := 0
+	err = records.ForEach(func(rk, v []byte) error {
+		principal, key, err := owner(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("idempotency record %x: %w", rk, err))
+			return nil
+		}
+		if len(rk) != recordKeySize {
+			errs = append(errs, fmt.Errorf("idempotency record %s/%s has a storage key of %d bytes", principal, key, len(rk)))
+		}
+		if got := index.Get(indexKey(principal, key)); !bytes.Equal(got, rk) {
+			errs = append(errs, fmt.Errorf("idempotency record %s/%s is not the one its index entry names", principal, key))
+		} else {
+			indexed++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n := index.Stats().KeyN; n != indexed {
+		errs = append(errs, fmt.Errorf("the idempotency index has %d entries for %d records", n, indexed))
+	}
+	return errors.Join(errs...)
 }

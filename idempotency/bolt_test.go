@@ -3,10 +3,13 @@ package idempotency_test
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +30,16 @@ func MustOpen(t testing.TB) *bolt.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(tx) })
+	t.Cleanup(func() { MustCheck(t, db) })
 	return db
+}
+
+// MustCheck fails the test if the index and the records disagree.
+func MustCheck(t testing.TB, db *bolt.DB) {
+	t.Helper()
+	if err := db.View(func(tx *bolt.Tx) error { return store.Check(tx) }); err != nil {
+		t.Errorf("Check: %v", err)
+	}
 }
 
 // MustUpdate runs fn in a committed read-write transaction.
@@ -66,7 +78,7 @@ func MustGet(t testing.TB, db *bolt.DB, principal, key string) *idempotency.Reco
 	return r
 }
 
-// storedKeys returns every storage key in the bucket, in order.
+// storedKeys returns every key of the index, in order.
 func storedKeys(t testing.TB, db *bolt.DB) [][]byte {
 	t.Helper()
 	var ks [][]byte
@@ -153,13 +165,14 @@ func TestBolt_KeysScopedByPrincipal(t *testing.T) {
 	}
 }
 
-// indexed returns the expiry index's entries: expiry and storage key.
-func indexed(t testing.TB, db *bolt.DB) []string {
+// expiries returns the expiry of each stored record, in storage order, as
+// nanoseconds from now.
+func expiries(t testing.TB, db *bolt.DB) []time.Duration {
 	t.Helper()
-	var out []string
+	var out []time.Duration
 	err := db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("idempotency_expiry")).ForEach(func(k, _ []byte) error {
-			out = append(out, fmt.Sprintf("%d/%s", binary.BigEndian.Uint64(k), k[8:]))
+		return tx.Bucket([]byte("idempotency_records")).ForEach(func(k, _ []byte) error {
+			out = append(out, time.Unix(0, int64(binary.BigEndian.Uint64(k))).Sub(now))
 			return nil
 		})
 	})
@@ -169,11 +182,11 @@ func indexed(t testing.TB, db *bolt.DB) []string {
 	return out
 }
 
-// Ensure Collect goes through the expiry index in bounded steps: each step
-// deletes at most limit expired records, the earliest first, says whether
-// more remain, and never touches a live one; a record expiring exactly now
-// is expired, one a nanosecond later is not; HasExpired says whether a
-// step is due; the index keeps one entry per record.
+// Ensure Collect goes through the records in the order they expire, in
+// bounded steps: each step deletes at most limit expired records, the
+// earliest first, with their index entries, says whether more remain, and
+// never touches a live one; a record expiring exactly now is expired, one
+// a nanosecond later is not; HasExpired says whether a step is due.
 func TestBolt_Collect(t *testing.T) {
 	const n = 2500
 	for _, limit := range []int{1000, 97, n} {
@@ -197,8 +210,11 @@ func TestBolt_Collect(t *testing.T) {
 				}
 			}
 			MustPut(t, db, rs...)
-			if got := len(indexed(t, db)); got != n {
+			if got := len(storedKeys(t, db)); got != n {
 				t.Fatalf("%d index entries, want %d", got, n)
+			}
+			if got := expiries(t, db); !slices.IsSorted(got) || len(got) != n {
+				t.Fatalf("%d records, want %d in the order they expire", len(got), n)
 			}
 			left := expired
 			for step := 0; ; step++ {
@@ -231,22 +247,24 @@ func TestBolt_Collect(t *testing.T) {
 					t.Errorf("record %s/%s (expires %v) present = %v", r.Principal, r.Key, r.ExpiresAt.Sub(now), got != nil)
 				}
 			}
-			if got := len(indexed(t, db)); got != n-expired {
+			if got := len(storedKeys(t, db)); got != n-expired {
 				t.Fatalf("%d index entries after collection, want %d", got, n-expired)
+			}
+			if got := expiries(t, db); len(got) != n-expired || (len(got) > 0 && got[0] <= 0) {
+				t.Fatalf("%d records after collection, the first expiring at now%+v; want %d, all live", len(got), got[0], n-expired)
 			}
 		})
 	}
 }
 
-// Ensure a record that replaces an expired one of its key moves its index
-// entry: one entry, at the new expiry.
-func TestBolt_PutMovesIndexEntry(t *testing.T) {
+// Ensure a record that replaces an expired one of its key takes its place:
+// one index entry, one record, at the new expiry.
+func TestBolt_PutReplacesTheExpiredRecord(t *testing.T) {
 	db := MustOpen(t)
 	MustPut(t, db, record("agent", "k-00000001", "old", now.Add(-time.Hour)))
 	MustPut(t, db, record("agent", "k-00000001", "new", now.Add(time.Hour)))
-	want := fmt.Sprintf("%d/%s", now.Add(time.Hour).UnixNano(), "agent\x00k-00000001")
-	if got := indexed(t, db); len(got) != 1 || got[0] != want {
-		t.Fatalf("index %q, want one entry at the new expiry", got)
+	if got := expiries(t, db); len(got) != 1 || got[0] != time.Hour {
+		t.Fatalf("records expiring at now%+v, want one at the new expiry", got)
 	}
 	MustUpdate(t, db, func(tx *bolt.Tx) error {
 		due, err := store.HasExpired(tx, now)
@@ -257,22 +275,107 @@ func TestBolt_PutMovesIndexEntry(t *testing.T) {
 	})
 }
 
-// Ensure Init builds the expiry index of a store made before it.
-func TestBolt_InitBuildsTheIndex(t *testing.T) {
-	db := MustOpen(t)
-	MustPut(t, db, record("a", "k-00000001", "d", now.Add(-time.Hour)), record("b", "k-00000002", "d", now.Add(time.Hour)))
-	MustUpdate(t, db, func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte("idempotency_expiry")) })
+// Ensure Init converts a store of the earlier layout, JSON records under
+// principal and key with an expiry index beside them, in both of its
+// record forms: every record comes back as it was, the expiry index is
+// gone, and collection finds the expired one.
+func TestBolt_InitConvertsTheEarlierLayout(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "t.db"), 0o600, &bolt.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	live, expired := record("a", "k-00000001", "d1", now.Add(time.Hour)), record("b", "k-00000002", "d2", now.Add(-time.Hour))
+	live.Result = []byte("{\"b\": 1,  \"a\":[ ]}") // kept byte for byte
+	head := *live
+	head.Result = nil
+	split, _ := json.Marshal(&head)
+	split = append(append(split, '\n'), live.Result...) // the form with the result after a newline
+	whole, _ := json.Marshal(expired)                   // the earliest form: the result in base64
+	MustUpdate(t, db, func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("idempotency"))
+		if err != nil {
+			return err
+		}
+		if err := b.Put([]byte("a\x00k-00000001"), split); err != nil {
+			return err
+		}
+		if err := b.Put([]byte("b\x00k-00000002"), whole); err != nil {
+			return err
+		}
+		x, err := tx.CreateBucket([]byte("idempotency_expiry"))
+		if err != nil {
+			return err
+		}
+		return x.Put(binary.BigEndian.AppendUint64(nil, uint64(live.ExpiresAt.UnixNano())), nil)
+	})
 	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(tx) })
-	if got := len(indexed(t, db)); got != 2 {
-		t.Fatalf("%d index entries, want 2", got)
+	MustCheck(t, db)
+	for _, want := range []*idempotency.Record{live, expired} {
+		if got := MustGet(t, db, want.Principal, want.Key); !reflect.DeepEqual(got, want) {
+			t.Errorf("Get(%s) = %+v, want %+v", want.Key, got, want)
+		}
 	}
 	MustUpdate(t, db, func(tx *bolt.Tx) error {
+		if tx.Bucket([]byte("idempotency_expiry")) != nil {
+			t.Error("the expiry index of the earlier layout is still there")
+		}
 		n, more, err := store.Collect(tx, now, 10)
 		if n != 1 || more {
 			t.Errorf("Collect = %d, %v, want the one expired record", n, more)
 		}
 		return err
 	})
+	if got := MustGet(t, db, "a", "k-00000001"); !reflect.DeepEqual(got, live) {
+		t.Errorf("the live record after collection: %+v", got)
+	}
+	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(tx) }) // a second open changes nothing
+	MustCheck(t, db)
+}
+
+// Ensure Check finds an index that disagrees with the records: a record
+// without its entry, an entry without its record, an entry naming
+// another record.
+func TestBolt_CheckFindsADamagedIndex(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(index, records *bolt.Bucket) error
+		want   string
+	}{
+		{"a record without its entry", func(index, _ *bolt.Bucket) error {
+			return index.Delete([]byte("a\x00k-00000001"))
+		}, "idempotency record a/k-00000001 is not the one its index entry names"},
+		{"an entry without its record", func(index, records *bolt.Bucket) error {
+			return records.Delete(index.Get([]byte("a\x00k-00000001")))
+		}, "the idempotency index has 2 entries for 1 records"},
+		{"an entry naming another record", func(index, _ *bolt.Bucket) error {
+			return index.Put([]byte("a\x00k-00000001"), bytes.Clone(index.Get([]byte("b\x00k-00000002"))))
+		}, "idempotency record a/k-00000001 is not the one its index entry names"},
+		{"bytes that are no record", func(index, records *bolt.Bucket) error {
+			return records.Put(bytes.Clone(index.Get([]byte("a\x00k-00000001"))), []byte(`{"principal":"a"}`))
+		}, "not a stored record"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db := MustOpen(t)
+			MustPut(t, db, record("a", "k-00000001", "d", now.Add(time.Hour)), record("b", "k-00000002", "d", now.Add(2*time.Hour)))
+			MustUpdate(t, db, func(tx *bolt.Tx) error {
+				return tt.damage(tx.Bucket([]byte("idempotency")), tx.Bucket([]byte("idempotency_records")))
+			})
+			err := db.View(func(tx *bolt.Tx) error { return store.Check(tx) })
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Check = %v, want %q", err, tt.want)
+			}
+			MustUpdate(t, db, func(tx *bolt.Tx) error { // leave a store the cleanup's check accepts
+				for _, name := range []string{"idempotency", "idempotency_records"} {
+					if err := tx.DeleteBucket([]byte(name)); err != nil {
+						return err
+					}
+				}
+				return store.Init(tx)
+			})
+		})
+	}
 }
 
 // Ensure a transaction of another backend is refused, not misused.
@@ -289,5 +392,19 @@ func TestBolt_ErrTx(t *testing.T) {
 	}
 	if _, _, err := store.Collect(notTx, now, 10); !errors.Is(err, idempotency.ErrTx) {
 		t.Errorf("Collect: err = %v, want ErrTx", err)
+	}
+}
+
+// Ensure Put refuses a record in no known state, storing nothing, rather
+// than store bytes no Get could read.
+func TestBolt_PutRefusesAnUnknownState(t *testing.T) {
+	db := MustOpen(t)
+	r := record("agent", "k-00000001", "d", now.Add(time.Hour))
+	r.State = "running"
+	if err := db.Update(func(tx *bolt.Tx) error { return store.Put(tx, r) }); err == nil {
+		t.Fatal("Put stored a record in state running")
+	}
+	if ks, es := storedKeys(t, db), expiries(t, db); len(ks)+len(es) != 0 {
+		t.Errorf("%d index entries and %d records after the refusal, want none", len(ks), len(es))
 	}
 }

@@ -23,7 +23,7 @@ type Locks struct {
 // returned release frees the key; calling it
 // again does nothing.
 func (l *Locks) Acquire(ctx context.Context, principal, key string, wait time.Duration) (release func(), err error) {
-	k := string(storageKey(principal, key))
+	k := string(indexKey(principal, key))
 	var timer *time.Timer
 	for {
 		l.mu.Lock()

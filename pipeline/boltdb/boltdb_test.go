@@ -91,7 +91,7 @@ func TestOpen_Creates(t *testing.T) {
 		}
 	}
 	err := db.Bolt().View(func(tx *bolt.Tx) error {
-		for _, b := range []string{"idempotency", "audit_events", "audit_checkpoints", "domain"} {
+		for _, b := range []string{"idempotency", "idempotency_records", "audit_events", "audit_checkpoints", "domain"} {
 			if tx.Bucket([]byte(b)) == nil {
 				t.Errorf("bucket %s missing", b)
 			}
@@ -236,7 +236,7 @@ func TestCheck(t *testing.T) {
 	if err := db.Bolt().View(boltdb.Check); err != nil {
 		t.Fatalf("a new database fails the check: %v", err)
 	}
-	orphan := &idempotency.Record{Principal: "p", Key: "k-orphan1", Digest: "d", AuditID: "01J00000000000000000000000"}
+	orphan := &idempotency.Record{Principal: "p", Key: "k-orphan1", Digest: "d", State: idempotency.Completed, AuditID: "01J00000000000000000000000"}
 	if err := db.Update(ctx, func(tx pipeline.Tx) error { return idempotency.Bolt{}.Put(tx, orphan) }); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 //   - audit sequence numbers dense from 1, and event times non-decreasing
 //     in sequence order (the pipeline takes a call's time inside its write
 //     transaction);
+//   - the idempotency index names each record once, by its principal and
+//     key;
 //   - every idempotency record points at the audit event of its principal,
 //     key and digest;
 //   - one event per live record: for each record not expired now, exactly
@@ -52,6 +54,9 @@ func Check(tx *bolt.Tx) error {
 	})
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("audit events: %w", err))...)
+	}
+	if err := (idempotency.Bolt{}).Check(tx); err != nil {
+		errs = append(errs, err)
 	}
 	now := time.Now()
 	err = idempotency.Bolt{}.ForEach(tx, func(r *idempotency.Record) error {

@@ -54,7 +54,7 @@ func event(key string, at time.Time) *auditlog.Event {
 }
 
 func record(key string, e *auditlog.Event, created, expires time.Time) *idempotency.Record {
-	return &idempotency.Record{Principal: "p", Key: key, Digest: "d", AuditID: e.ID, CreatedAt: created, ExpiresAt: expires}
+	return &idempotency.Record{Principal: "p", Key: key, Digest: "d", State: idempotency.Completed, AuditID: e.ID, CreatedAt: created, ExpiresAt: expires}
 }
 
 // Ensure Check names each broken promise of the audit log and the keys:

@@ -1,0 +1,58 @@
+package idempotency
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+// FuzzUnmarshal holds the stored form of a record to two promises: any
+// bytes decode or fail without a panic, and a record's stored form
+// decodes to the record, whatever its strings and result hold.
+func FuzzUnmarshal(f *testing.F) {
+	r := &Record{Principal: "agent", Key: "k-00000001", Tool: "create_project", Digest: "d", State: Completed,
+		Result: []byte(`{"project":{}}`), AuditID: "01JAUDIT", CreatedAt: time.Unix(1, 2).UTC(), ExpiresAt: time.Unix(3, 4).UTC()}
+	stored, err := r.marshal()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(stored, "agent", "k", "", "REVISION_CONFLICT", int64(1795000000123456789), []byte(`{}`))
+	f.Add([]byte{format, 0xff}, "", "", "", "", int64(0), []byte(nil))
+	f.Fuzz(func(t *testing.T, raw []byte, principal, key, digest, code string, ns int64, result []byte) {
+		if r, err := unmarshal(raw); err == nil {
+			again, err := r.marshal()
+			if err != nil {
+				t.Fatalf("%q decodes to %+v, which does not encode: %v", raw, r, err)
+			}
+			if back, err := unmarshal(again); err != nil || !same(back, r) {
+				t.Fatalf("%q decodes to %+v, whose stored form decodes to %+v, %v", raw, r, back, err)
+			}
+		}
+		want := &Record{Principal: principal, Key: key, Tool: "t", Digest: digest, State: Failed, Code: code,
+			Result: result, AuditID: "a", CreatedAt: time.Unix(0, ns).UTC(), ExpiresAt: time.Unix(0, ns).In(time.FixedZone("", 3600))}
+		if len(want.Result) == 0 {
+			want.Result = nil // stored as nothing, read back as nil
+		}
+		stored, err := want.marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := unmarshal(stored)
+		if err != nil || !same(got, want) {
+			t.Fatalf("%+v comes back as %+v, %v", want, got, err)
+		}
+		if p, k, err := owner(stored); err != nil || p != principal || k != key {
+			t.Fatalf("owner = %q, %q, %v; want %q, %q", p, k, err, principal, key)
+		}
+	})
+}
+
+// same reports whether two records are equal, their times as instants with
+// one zone offset (a decoded fixed zone is a Location of its own).
+func same(a, b *Record) bool {
+	_, ao := a.ExpiresAt.Zone()
+	_, bo := b.ExpiresAt.Zone()
+	x, y := *a, *b
+	x.CreatedAt, x.ExpiresAt, y.CreatedAt, y.ExpiresAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	return reflect.DeepEqual(x, y) && a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt) && ao == bo
+}
