@@ -55,6 +55,15 @@ func open(tx pipeline.Tx) (*buckets, error) {
 	if b.projects == nil || b.names == nil || b.records == nil {
 		return nil, errors.New("boltstore: buckets missing")
 	}
+	// Ids are ULIDs, which grow with time: a new project lands at the end
+	// of its bucket, a new record at the end of its project's range. bbolt
+	// splits a page at FillPercent, and what lies left of the split is
+	// never filled again, so its default of one half would leave half of
+	// every page empty; 0.9 leaves room for updates that grow a value.
+	// The name index is keyed by names, which arrive in no order: it keeps
+	// the default.
+	b.projects.SetFillPercent(0.9)
+	b.records.SetFillPercent(0.9)
 	return b, nil
 }
 
