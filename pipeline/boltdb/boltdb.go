@@ -19,11 +19,17 @@ import (
 )
 
 // PageSize is the page size of a new database; a file keeps the size it
-// was made with. The audit log only appends, one event a commit, and
-// bbolt splits a full page leaving the last three elements for the next:
-// with 4 KiB pages (about eight events each) that leaves a quarter of every
-// page empty, with 16 KiB pages a tenth.
-const PageSize = 16 << 10
+// was made with. It weighs two costs. Every write inserts into the two
+// indexes keyed by what agents send (keys, names) at random places, so a
+// commit rewrites a whole page per write there: the smaller the page, the
+// less each write costs. But the ordered buckets (audit events, key
+// records) grow at their end, and bbolt splits a full page leaving three
+// elements for the next one, so a page holding few values is left partly
+// empty when writes commit one at a time. Measured with writerd bench on
+// a fresh store (docs/DESIGN.md section 10): 8 KiB pages write 19% faster
+// than 16 KiB ones at 64 agents and take 9% more disk at one agent; 4 KiB
+// pages 30% faster and 45% more.
+const PageSize = 8 << 10
 
 // FileName is the database file inside a data directory.
 const FileName = "writerd.db"
