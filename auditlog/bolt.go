@@ -30,25 +30,19 @@ var (
 	legacyIDsBucket = []byte("audit_ids")
 )
 
-// ErrTx is returned when a method is given a transaction of another backend.
-var ErrTx = errors.New("auditlog: not a bbolt transaction")
-
 // ErrNotFound is returned by Get and ByID for an event that does not exist,
 // and by Checkpoint for a tree size that has none.
 var ErrNotFound = errors.New("auditlog: no such event")
 
-// Bolt is the audit log on bbolt. Its methods take the caller's transaction
-// (a *kv.Tx or a *bbolt.Tx, typed any so that the pipeline stays free of
-// bbolt).
+// Bolt is the audit log on bbolt. Its methods take the caller's
+// transaction, a read-only one (kv.Wrap of a *bbolt.Tx) for reads;
+// pipeline/boltdb binds Append to each write transaction as the
+// pipeline's audit log.
 type Bolt struct{}
 
 // Init creates the buckets; call it once in a writable transaction. A log
 // written before events carried their tree hashes is converted in place.
-func (Bolt) Init(tx any) error {
-	t, err := kv.Of(tx)
-	if err != nil {
-		return ErrTx
-	}
+func (Bolt) Init(t *kv.Tx) error {
 	btx := t.Bolt()
 	for _, name := range [][]byte{eventsBucket, checkpointsBucket} {
 		if _, err := btx.CreateBucketIfNotExists(name); err != nil {
@@ -61,19 +55,7 @@ func (Bolt) Init(tx any) error {
 	return nil
 }
 
-func txOf(tx any) (*kv.Tx, error) {
-	t, err := kv.Of(tx)
-	if err != nil {
-		return nil, ErrTx
-	}
-	return t, nil
-}
-
-func eventsOf(tx any) (*kv.Bucket, error) {
-	t, err := txOf(tx)
-	if err != nil {
-		return nil, err
-	}
+func eventsOf(t *kv.Tx) (*kv.Bucket, error) {
 	b := t.Bucket(eventsBucket)
 	if b == nil {
 		return nil, errors.New("auditlog: buckets missing")
@@ -90,7 +72,7 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 // Its time is made no earlier than the previous event's, and its ULID
 // greater than the previous event's, so that both follow the sequence
 // whatever the clock did (across restarts too); ByID relies on the order.
-func (Bolt) Append(tx any, e *Event) error {
+func (Bolt) Append(tx *kv.Tx, e *Event) error {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return err
@@ -156,7 +138,7 @@ func increment(u ulid.ULID) ulid.ULID {
 }
 
 // Size returns the number of events, which is the size of the tree.
-func (Bolt) Size(tx any) (uint64, error) {
+func (Bolt) Size(tx *kv.Tx) (uint64, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return 0, err
@@ -169,7 +151,7 @@ func (Bolt) Size(tx any) (uint64, error) {
 }
 
 // Get returns the event with sequence number seq, or ErrNotFound.
-func (Bolt) Get(tx any, seq uint64) (*Event, error) {
+func (Bolt) Get(tx *kv.Tx, seq uint64) (*Event, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return nil, err
@@ -183,7 +165,7 @@ func (Bolt) Get(tx any, seq uint64) (*Event, error) {
 
 // ByID returns the event with the given ULID, or ErrNotFound. Ids grow with
 // sequence numbers, so it is a binary search.
-func (l Bolt) ByID(tx any, id string) (*Event, error) {
+func (l Bolt) ByID(tx *kv.Tx, id string) (*Event, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return nil, err
@@ -227,12 +209,12 @@ func (l Bolt) ByID(tx any, id string) (*Event, error) {
 // Raw calls fn with each event's sequence number and canonical bytes (the
 // leaf of the tree), in sequence order, stopping at the first error fn
 // returns. The bytes are valid only during fn.
-func (Bolt) Raw(tx any, fn func(seq uint64, canonical []byte) error) error {
+func (Bolt) Raw(tx *kv.Tx, fn func(seq uint64, canonical []byte) error) error {
 	return rawFrom(tx, 1, fn)
 }
 
 // rawFrom is Raw from the sequence number from on.
-func rawFrom(tx any, from uint64, fn func(seq uint64, canonical []byte) error) error {
+func rawFrom(tx *kv.Tx, from uint64, fn func(seq uint64, canonical []byte) error) error {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return err
@@ -249,7 +231,7 @@ func rawFrom(tx any, from uint64, fn func(seq uint64, canonical []byte) error) e
 
 // Stored calls fn with each event's sequence number and its whole stored
 // value, tree hashes included, in sequence order: what a verifier checks.
-func (Bolt) Stored(tx any, fn func(seq uint64, value []byte) error) error {
+func (Bolt) Stored(tx *kv.Tx, fn func(seq uint64, value []byte) error) error {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return err
@@ -258,7 +240,7 @@ func (Bolt) Stored(tx any, fn func(seq uint64, value []byte) error) error {
 }
 
 // ForEach calls fn with each event in sequence order.
-func (l Bolt) ForEach(tx any, fn func(*Event) error) error {
+func (l Bolt) ForEach(tx *kv.Tx, fn func(*Event) error) error {
 	return l.Raw(tx, func(_ uint64, c []byte) error {
 		e, err := decode(c)
 		if err != nil {

@@ -5,13 +5,15 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
-// Storage runs transactions on the backend the log lives in; its
-// transactions are the ones Bolt's methods take. pipeline.Storage is one.
+// Storage runs transactions on the bbolt database the log lives in:
+// boltdb.DB and boltdb.Pending are ones.
 type Storage interface {
-	Update(ctx context.Context, fn func(tx any) error) error
-	View(ctx context.Context, fn func(tx any) error) error
+	Update(ctx context.Context, fn func(tx *kv.Tx) error) error
+	View(ctx context.Context, fn func(tx *kv.Tx) error) error
 }
 
 // Checkpointer signs checkpoints of a log: once Every events were appended
@@ -62,7 +64,7 @@ func (c *Checkpointer) Run(ctx context.Context) {
 
 // state returns the log's size and the size of its latest checkpoint.
 func (c *Checkpointer) state(ctx context.Context) (size, signed uint64, err error) {
-	err = c.Storage.View(ctx, func(tx any) error {
+	err = c.Storage.View(ctx, func(tx *kv.Tx) error {
 		if size, err = c.Log.Size(tx); err != nil {
 			return err
 		}
@@ -82,7 +84,7 @@ func (c *Checkpointer) Sign(ctx context.Context) (bool, error) {
 	if err != nil || size == signed {
 		return false, err
 	}
-	err = c.Storage.Update(ctx, func(tx any) error {
+	err = c.Storage.Update(ctx, func(tx *kv.Tx) error {
 		size, err := c.Log.Size(tx) // again, inside the write
 		if err != nil {
 			return err

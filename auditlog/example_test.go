@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Events are appended inside the write transaction they record: a write
@@ -27,7 +28,7 @@ func ExampleBolt_Append() {
 	defer db.Close()
 
 	var log auditlog.Bolt
-	if err := db.Update(func(tx *bolt.Tx) error { return log.Init(tx) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return log.Init(kv.Wrap(tx)) }); err != nil {
 		panic(err)
 	}
 	event := func(key string) *auditlog.Event {
@@ -39,7 +40,7 @@ func ExampleBolt_Append() {
 	write := func(key string, fail bool) {
 		e := event(key)
 		err := db.Update(func(tx *bolt.Tx) error {
-			if err := log.Append(tx, e); err != nil {
+			if err := log.Append(kv.Wrap(tx), e); err != nil {
 				return err
 			}
 			if fail {
@@ -54,7 +55,7 @@ func ExampleBolt_Append() {
 	write("k-00000003", false)
 
 	_ = db.View(func(tx *bolt.Tx) error {
-		return log.ForEach(tx, func(e *auditlog.Event) error {
+		return log.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
 			fmt.Println(e.Seq, e.IdempotencyKey)
 			return nil
 		})

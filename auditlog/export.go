@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // An export is JSON Lines that verify with no database and no daemon: a
@@ -31,7 +33,7 @@ var ErrNoCheckpoint = errors.New("the audit log has no signed checkpoint yet")
 
 // Export writes the export of the events from sequence number from through
 // the latest checkpoint's size.
-func (l Bolt) Export(tx any, w io.Writer, from uint64, verifierKey string) error {
+func (l Bolt) Export(tx *kv.Tx, w io.Writer, from uint64, verifierKey string) error {
 	size, signed, err := l.LatestCheckpoint(tx)
 	if errors.Is(err, ErrNotFound) {
 		return ErrNoCheckpoint

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"sort"
 	"time"
+
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Filter selects events; every field set must match (they combine).
@@ -47,7 +49,7 @@ func (f Filter) Match(e *Event) bool {
 // from (the last event's sequence number) when more may follow, else 0.
 // Event times never decrease along the log, so Since and Until bound the
 // walk by binary search; the other fields are checked event by event.
-func (l Bolt) List(tx any, f Filter, after uint64, limit int) ([]*Event, uint64, error) {
+func (l Bolt) List(tx *kv.Tx, f Filter, after uint64, limit int) ([]*Event, uint64, error) {
 	size, err := l.Size(tx)
 	if err != nil {
 		return nil, 0, err
@@ -95,7 +97,7 @@ func (l Bolt) List(tx any, f Filter, after uint64, limit int) ([]*Event, uint64,
 
 // firstAtOrAfter returns the sequence number of the first event at or
 // after t, or size+1 if there is none.
-func (l Bolt) firstAtOrAfter(tx any, size uint64, t time.Time) (uint64, error) {
+func (l Bolt) firstAtOrAfter(tx *kv.Tx, size uint64, t time.Time) (uint64, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return 0, err
@@ -114,7 +116,7 @@ func (l Bolt) firstAtOrAfter(tx any, size uint64, t time.Time) (uint64, error) {
 }
 
 // Tail returns the last n events, oldest first.
-func (l Bolt) Tail(tx any, n int) ([]*Event, error) {
+func (l Bolt) Tail(tx *kv.Tx, n int) ([]*Event, error) {
 	size, err := l.Size(tx)
 	if err != nil {
 		return nil, err

@@ -92,7 +92,7 @@ func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 }
 
 // TreeHash returns the root hash of the tree of the first size events.
-func (Bolt) TreeHash(tx any, size uint64) (tlog.Hash, error) {
+func (Bolt) TreeHash(tx *kv.Tx, size uint64) (tlog.Hash, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return tlog.Hash{}, err
@@ -108,7 +108,7 @@ func (Bolt) TreeHash(tx any, size uint64) (tlog.Hash, error) {
 
 // InclusionProof proves that the event of sequence number seq is a leaf of
 // the tree of size events (tlog.CheckRecord checks it).
-func (Bolt) InclusionProof(tx any, size, seq uint64) (tlog.RecordProof, error) {
+func (Bolt) InclusionProof(tx *kv.Tx, size, seq uint64) (tlog.RecordProof, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func (Bolt) InclusionProof(tx any, size, seq uint64) (tlog.RecordProof, error) {
 
 // ConsistencyProof proves that the tree of size new extends the tree of
 // size old, 1 <= old <= new (tlog.CheckTree checks it).
-func (Bolt) ConsistencyProof(tx any, old, new uint64) (tlog.TreeProof, error) {
+func (Bolt) ConsistencyProof(tx *kv.Tx, old, new uint64) (tlog.TreeProof, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return nil, err
@@ -133,7 +133,7 @@ func (Bolt) ConsistencyProof(tx any, old, new uint64) (tlog.TreeProof, error) {
 }
 
 // PutCheckpoint stores the signed checkpoint of the tree of size events.
-func (Bolt) PutCheckpoint(tx any, size uint64, signed []byte) error {
+func (Bolt) PutCheckpoint(tx *kv.Tx, size uint64, signed []byte) error {
 	b, err := checkpointsOf(tx)
 	if err != nil {
 		return err
@@ -143,7 +143,7 @@ func (Bolt) PutCheckpoint(tx any, size uint64, signed []byte) error {
 
 // Checkpoints calls fn with each stored checkpoint, by tree size, smallest
 // first. The bytes are valid only during fn.
-func (Bolt) Checkpoints(tx any, fn func(size uint64, signed []byte) error) error {
+func (Bolt) Checkpoints(tx *kv.Tx, fn func(size uint64, signed []byte) error) error {
 	b, err := checkpointsOf(tx)
 	if err != nil {
 		return err
@@ -153,7 +153,7 @@ func (Bolt) Checkpoints(tx any, fn func(size uint64, signed []byte) error) error
 
 // LatestCheckpoint returns the checkpoint of the largest tree, or
 // ErrNotFound if none was signed yet.
-func (Bolt) LatestCheckpoint(tx any) (size uint64, signed []byte, err error) {
+func (Bolt) LatestCheckpoint(tx *kv.Tx) (size uint64, signed []byte, err error) {
 	b, err := checkpointsOf(tx)
 	if err != nil {
 		return 0, nil, err
@@ -165,11 +165,7 @@ func (Bolt) LatestCheckpoint(tx any) (size uint64, signed []byte, err error) {
 	return binary.BigEndian.Uint64(k), append([]byte(nil), v...), nil
 }
 
-func checkpointsOf(tx any) (*kv.Bucket, error) {
-	t, err := txOf(tx)
-	if err != nil {
-		return nil, err
-	}
+func checkpointsOf(t *kv.Tx) (*kv.Bucket, error) {
 	b := t.Bucket(checkpointsBucket)
 	if b == nil {
 		return nil, errors.New("auditlog: buckets missing")
@@ -180,7 +176,7 @@ func checkpointsOf(tx any) (*kv.Bucket, error) {
 
 // Stream yields the stored events for Verify, each with the leaf check
 // written when it was appended.
-func (Bolt) Stream(tx any) Stream {
+func (Bolt) Stream(tx *kv.Tx) Stream {
 	return func(yield func(seq uint64, canonical []byte, leafCheck []byte) bool) error {
 		b, err := eventsOf(tx)
 		if err != nil {
@@ -202,7 +198,7 @@ func (Bolt) Stream(tx any) Stream {
 }
 
 // SignedCheckpoints returns every stored checkpoint, smallest tree first.
-func (l Bolt) SignedCheckpoints(tx any) ([][]byte, error) {
+func (l Bolt) SignedCheckpoints(tx *kv.Tx) ([][]byte, error) {
 	var out [][]byte
 	err := l.Checkpoints(tx, func(_ uint64, signed []byte) error {
 		out = append(out, append([]byte(nil), signed...))

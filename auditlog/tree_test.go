@@ -17,6 +17,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // MustAppendN appends n events, one transaction each, at times one second
@@ -57,7 +58,7 @@ func TestTree_RootsAndProofs(t *testing.T) {
 	roots := []tlog.Hash{}
 	leaves := map[uint64][]byte{}
 	MustView(t, db, func(tx *bolt.Tx) error {
-		return audit.Raw(tx, func(seq uint64, c []byte) error {
+		return audit.Raw(kv.Wrap(tx), func(seq uint64, c []byte) error {
 			leaves[seq] = bytes.Clone(c)
 			return nil
 		})
@@ -75,14 +76,14 @@ func TestTree_RootsAndProofs(t *testing.T) {
 	}
 	MustView(t, db, func(tx *bolt.Tx) error {
 		for size := range uint64(n + 1) {
-			got, err := audit.TreeHash(tx, size)
+			got, err := audit.TreeHash(kv.Wrap(tx), size)
 			if err != nil || got != roots[size] {
 				t.Fatalf("TreeHash(%d) = %v, %v, want %v", size, got, err, roots[size])
 			}
 		}
 		for size := uint64(1); size <= n; size += 7 {
 			for seq := uint64(1); seq <= size; seq += 3 {
-				p, err := audit.InclusionProof(tx, size, seq)
+				p, err := audit.InclusionProof(kv.Wrap(tx), size, seq)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -91,7 +92,7 @@ func TestTree_RootsAndProofs(t *testing.T) {
 				}
 			}
 			for old := uint64(1); old <= size; old += 5 {
-				p, err := audit.ConsistencyProof(tx, old, size)
+				p, err := audit.ConsistencyProof(kv.Wrap(tx), old, size)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -100,7 +101,7 @@ func TestTree_RootsAndProofs(t *testing.T) {
 				}
 			}
 		}
-		if _, err := audit.InclusionProof(tx, n, n+1); !errors.Is(err, auditlog.ErrNotFound) {
+		if _, err := audit.InclusionProof(kv.Wrap(tx), n, n+1); !errors.Is(err, auditlog.ErrNotFound) {
 			t.Errorf("a proof of an event past the tree: %v, want ErrNotFound", err)
 		}
 		return nil
@@ -125,7 +126,7 @@ func TestAppend_IDsAndTimesFollowTheSequence(t *testing.T) {
 	}
 	MustView(t, db, func(tx *bolt.Tx) error {
 		for _, want := range evs {
-			if got, err := audit.ByID(tx, want.ID); err != nil || got.Seq != want.Seq {
+			if got, err := audit.ByID(kv.Wrap(tx), want.ID); err != nil || got.Seq != want.Seq {
 				t.Errorf("ByID(%s) = %v, %v, want event %d", want.ID, got, err, want.Seq)
 			}
 		}
@@ -156,12 +157,12 @@ func MustSignedLog(t testing.TB, origin string) *signedLog {
 // boltStorage runs a bare bbolt file as auditlog.Storage.
 type boltStorage struct{ db *bolt.DB }
 
-func (s boltStorage) Update(_ context.Context, fn func(any) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(tx) })
+func (s boltStorage) Update(_ context.Context, fn func(*kv.Tx) error) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return fn(kv.Wrap(tx)) })
 }
 
-func (s boltStorage) View(_ context.Context, fn func(any) error) error {
-	return s.db.View(func(tx *bolt.Tx) error { return fn(tx) })
+func (s boltStorage) View(_ context.Context, fn func(*kv.Tx) error) error {
+	return s.db.View(func(tx *bolt.Tx) error { return fn(kv.Wrap(tx)) })
 }
 
 func (l *signedLog) sign() {
@@ -176,11 +177,11 @@ func (l *signedLog) verify(against []byte) *auditlog.Verification {
 	l.t.Helper()
 	var v *auditlog.Verification
 	MustView(l.t, l.db, func(tx *bolt.Tx) error {
-		cps, err := audit.SignedCheckpoints(tx)
+		cps, err := audit.SignedCheckpoints(kv.Wrap(tx))
 		if err != nil {
 			return err
 		}
-		v, err = auditlog.Verify(auditlog.Input{Key: l.key.Verifier, Checkpoints: cps, Against: against, Events: audit.Stream(tx)})
+		v, err = auditlog.Verify(auditlog.Input{Key: l.key.Verifier, Checkpoints: cps, Against: against, Events: audit.Stream(kv.Wrap(tx))})
 		return err
 	})
 	return v
@@ -191,7 +192,7 @@ func (l *signedLog) latest() []byte {
 	var signed []byte
 	MustView(l.t, l.db, func(tx *bolt.Tx) error {
 		var err error
-		_, signed, err = audit.LatestCheckpoint(tx)
+		_, signed, err = audit.LatestCheckpoint(kv.Wrap(tx))
 		return err
 	})
 	return signed
@@ -302,10 +303,10 @@ func TestVerify_FromPrefix(t *testing.T) {
 		var lines [][]byte
 		MustView(t, l.db, func(tx *bolt.Tx) error {
 			var err error
-			if prefix, err = audit.Prefix(tx, from-1); err != nil {
+			if prefix, err = audit.Prefix(kv.Wrap(tx), from-1); err != nil {
 				return err
 			}
-			return audit.Raw(tx, func(seq uint64, c []byte) error {
+			return audit.Raw(kv.Wrap(tx), func(seq uint64, c []byte) error {
 				if seq >= from {
 					lines = append(lines, bytes.Clone(c))
 				}
@@ -357,7 +358,7 @@ func TestCheckpointer_Sign(t *testing.T) {
 		t.Fatalf("checkpoint %+v, %v", c, err)
 	}
 	MustView(t, l.db, func(tx *bolt.Tx) error {
-		if root, _ := audit.TreeHash(tx, 3); root != c.Root {
+		if root, _ := audit.TreeHash(kv.Wrap(tx), 3); root != c.Root {
 			t.Errorf("the checkpoint's root is not the tree's")
 		}
 		return nil
@@ -390,7 +391,7 @@ func TestInit_ConvertsTheFormatBeforeTheTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { return audit.Init(tx) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return audit.Init(kv.Wrap(tx)) }); err != nil {
 		t.Fatal(err)
 	}
 	MustAppendN(t, db, 1)
@@ -425,7 +426,7 @@ func TestExport_VerifiesOffline(t *testing.T) {
 	MustAppendN(t, l.db, 2) // after the checkpoint: not exported
 	for _, from := range []uint64{1, 5} {
 		var buf bytes.Buffer
-		MustView(t, l.db, func(tx *bolt.Tx) error { return audit.Export(tx, &buf, from, l.key.VerifierKey) })
+		MustView(t, l.db, func(tx *bolt.Tx) error { return audit.Export(kv.Wrap(tx), &buf, from, l.key.VerifierKey) })
 		check := func(b []byte) *auditlog.Verification {
 			h, events, err := auditlog.ReadExport(bytes.NewReader(b))
 			if err != nil {

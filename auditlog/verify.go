@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Kinds of Problem.
@@ -261,7 +263,7 @@ func prefixFrontier(p Prefix) (frontier, error) {
 
 // Prefix returns the prefix of the tree of size leaves, for an export
 // that starts after it.
-func (Bolt) Prefix(tx any, size uint64) (Prefix, error) {
+func (Bolt) Prefix(tx *kv.Tx, size uint64) (Prefix, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return Prefix{}, err

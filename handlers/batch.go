@@ -23,7 +23,7 @@ import (
 // scanPage is how many records a filter reads from the store at a time.
 const scanPage = 256
 
-func (h *handler) deleteRecords(_ context.Context, op *pipeline.Op, in *DeleteRecordsInput) (*DeleteRecordsResult, error) {
+func (h *handler) deleteRecords(_ context.Context, op *pipeline.Op[Store], in *DeleteRecordsInput) (*DeleteRecordsResult, error) {
 	w, err := h.walk(op, in, h.removeRecord)
 	if err != nil {
 		return nil, w.abort(op, err)
@@ -37,7 +37,7 @@ func (h *handler) deleteRecords(_ context.Context, op *pipeline.Op, in *DeleteRe
 // previewRecords answers an unconfirmed delete_records with what the
 // confirmed call would do now, or with the refusal it would meet (the
 // project does not exist).
-func (h *handler) previewRecords(_ context.Context, op *pipeline.Op, in *DeleteRecordsInput) (any, error) {
+func (h *handler) previewRecords(_ context.Context, op *pipeline.Op[Store], in *DeleteRecordsInput) (any, error) {
 	w, err := h.walk(op, in, h.deletableRecord)
 	if err != nil {
 		return nil, err
@@ -63,14 +63,14 @@ type batch struct {
 // removeRecord for the confirmed call, deletableRecord for the preview. It
 // stops at the first error that is not a refusal of one record, and
 // returns it with the batch as it was then.
-func (h *handler) walk(op *pipeline.Op, in *DeleteRecordsInput, step func(pipeline.Tx, RecordRef, *int64) (*Record, error)) (*batch, error) {
+func (h *handler) walk(op *pipeline.Op[Store], in *DeleteRecordsInput, step func(Store, RecordRef, *int64) (*Record, error)) (*batch, error) {
 	w := &batch{refused: make(map[pipeline.Code][]string), at: -1}
 	p, err := h.project(op, in.ProjectID)
 	if err != nil {
 		return w, err
 	}
 	if in.Filter != nil {
-		if err := h.selectRecords(op.Tx, p.ID, in.Filter, w); err != nil {
+		if err := h.selectRecords(op.Store, p.ID, in.Filter, w); err != nil {
 			return w, err
 		}
 	} else {
@@ -78,7 +78,7 @@ func (h *handler) walk(op *pipeline.Op, in *DeleteRecordsInput, step func(pipeli
 	}
 	for i, id := range w.ids {
 		w.at, w.atRecord = i, nil
-		r, err := step(op.Tx, RecordRef{ProjectRef: ProjectRef{ProjectID: p.ID}, RecordID: id}, nil)
+		r, err := step(op.Store, RecordRef{ProjectRef: ProjectRef{ProjectID: p.ID}, RecordID: id}, nil)
 		w.atRecord = r
 		switch code := pipeline.ErrorCode(err); {
 		case err == nil:
@@ -101,14 +101,14 @@ func (h *handler) walk(op *pipeline.Op, in *DeleteRecordsInput, step func(pipeli
 // selectRecords reads every record of the project, in id order, counts
 // those the filter matches and keeps the first maxBatch of them to
 // attempt. Counting them all is what lets the answer say how many remain.
-func (h *handler) selectRecords(tx pipeline.Tx, projectID string, f *RecordFilter, w *batch) error {
+func (h *handler) selectRecords(s Store, projectID string, f *RecordFilter, w *batch) error {
 	after, before, err := f.window()
 	if err != nil {
 		return fmt.Errorf("delete_records: a filter time the strict parse let through: %w", err)
 	}
 	cursor := ""
 	for {
-		page, more, err := h.s.Records(tx, projectID, cursor, scanPage)
+		page, more, err := s.Records(projectID, cursor, scanPage)
 		if err != nil {
 			return err
 		}
@@ -146,7 +146,7 @@ func isRefusal(code pipeline.Code) bool {
 // stopped; the failed call's audit event names that record. The private
 // cause gives the record's position, not its id, which the caller may
 // have sent.
-func (w *batch) abort(op *pipeline.Op, err error) error {
+func (w *batch) abort(op *pipeline.Op[Store], err error) error {
 	if isRefusal(pipeline.ErrorCode(err)) {
 		return err
 	}

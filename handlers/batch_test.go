@@ -17,6 +17,7 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // mustRecords creates n records in the project, titled by title, and
@@ -236,8 +237,8 @@ func TestDeleteRecords_PreviewDeletesNothing(t *testing.T) {
 // parse without reading anything, false previews, and none of them deletes
 // anything or spends its key.
 func TestDeleteRecords_ConfirmIsStrictlyBoolean(t *testing.T) {
-	reads := &countingStore{Store: boltstore.Store{}}
-	e := MustStartWith(t, reads, nil)
+	reads := &readCounter{}
+	e := MustStartWith(t, reads.wrap, nil)
 	p := e.CreateProject("alpha")
 	rs := e.mustRecords(p.ID, 3, numbered)
 	for _, confirm := range []string{`"true"`, `1`, `null`, `"false"`, `0`} {
@@ -349,19 +350,19 @@ type refusingStore struct {
 	refuse map[string]pipeline.Code
 }
 
-func (s refusingStore) DeleteRecord(tx pipeline.Tx, projectID, id string) error {
+func (s refusingStore) DeleteRecord(projectID, id string) error {
 	if code, ok := s.refuse[id]; ok {
 		return pipeline.Errorf(code, "The store refuses this deletion.")
 	}
-	return s.Store.DeleteRecord(tx, projectID, id)
+	return s.Store.DeleteRecord(projectID, id)
 }
 
 // Ensure refusals are grouped by code, largest group first, each with its
 // ids in id order, and that a refusal the store makes reaches delete_records
 // as it reaches delete_record: both go through one code path.
 func TestDeleteRecords_RefusalsGroupedLargestFirst(t *testing.T) {
-	s := refusingStore{Store: boltstore.Store{}, refuse: map[string]pipeline.Code{}}
-	e := MustStartWith(t, s, nil)
+	s := refusingStore{refuse: map[string]pipeline.Code{}}
+	e := MustStartWith(t, func(b handlers.Store) handlers.Store { return refusingStore{b, s.refuse} }, nil)
 	p := e.CreateProject("alpha")
 	rs := e.mustRecords(p.ID, 8, numbered)
 	rs[6] = e.lock(rs[6])
@@ -382,10 +383,9 @@ func TestDeleteRecords_RefusalsGroupedLargestFirst(t *testing.T) {
 	e.mustReadable(rs[0], rs[1], rs[4], rs[6], rs[7])
 }
 
-// faultyStore is the bbolt store whose DeleteRecord fails once, at its
-// failAt-th call, with err: a fault in the middle of a walk.
-type faultyStore struct {
-	handlers.Store
+// fault makes the bbolt store's DeleteRecord fail once, at its failAt-th
+// call, with err: a fault in the middle of a walk.
+type fault struct {
 	failAt int
 	err    error
 
@@ -393,15 +393,23 @@ type faultyStore struct {
 	calls int
 }
 
-func (s *faultyStore) DeleteRecord(tx pipeline.Tx, projectID, id string) error {
-	s.mu.Lock()
-	s.calls++
-	n := s.calls
-	s.mu.Unlock()
-	if n == s.failAt {
-		return s.err
+// wrap is the store of one transaction, with the fault.
+func (f *fault) wrap(s handlers.Store) handlers.Store { return faultyStore{s, f} }
+
+type faultyStore struct {
+	handlers.Store
+	f *fault
+}
+
+func (s faultyStore) DeleteRecord(projectID, id string) error {
+	s.f.mu.Lock()
+	s.f.calls++
+	n := s.f.calls
+	s.f.mu.Unlock()
+	if n == s.f.failAt {
+		return s.f.err
 	}
-	return s.Store.DeleteRecord(tx, projectID, id)
+	return s.Store.DeleteRecord(projectID, id)
 }
 
 // Ensure a fault at the 4th record aborts the whole call: nothing is
@@ -424,8 +432,8 @@ func TestDeleteRecords_FaultDeletesNothing(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			s := &faultyStore{Store: boltstore.Store{}, failAt: 4, err: tt.fault}
-			e := MustStartWith(t, s, slog.New(slog.NewJSONHandler(&logs, nil)))
+			f := &fault{failAt: 4, err: tt.fault}
+			e := MustStartWith(t, f.wrap, slog.New(slog.NewJSONHandler(&logs, nil)))
 			p := e.CreateProject("alpha")
 			rs := e.mustRecords(p.ID, 10, numbered)
 			args := fmt.Sprintf(`{"project_id":%q,"record_ids":%s,"confirm":true}`, p.ID, idsJSON(ids(rs...)))
@@ -541,38 +549,45 @@ func TestDeleteRecords_ProjectMissing(t *testing.T) {
 	}
 }
 
-// countingStore counts the reads of the bbolt store beneath it.
-type countingStore struct {
-	handlers.Store
+// readCounter counts the reads of the bbolt store, in every transaction.
+type readCounter struct {
 	mu    sync.Mutex
 	reads int
 }
 
-func (s *countingStore) read() {
-	s.mu.Lock()
-	s.reads++
-	s.mu.Unlock()
+func (c *readCounter) read() {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
 }
 
-func (s *countingStore) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reads
+func (c *readCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads
 }
 
-func (s *countingStore) Project(tx pipeline.Tx, id string) (*handlers.Project, error) {
-	s.read()
-	return s.Store.Project(tx, id)
+// wrap is the store of one transaction, counted.
+func (c *readCounter) wrap(s handlers.Store) handlers.Store { return countingStore{s, c} }
+
+type countingStore struct {
+	handlers.Store
+	c *readCounter
 }
 
-func (s *countingStore) Record(tx pipeline.Tx, projectID, id string) (*handlers.Record, error) {
-	s.read()
-	return s.Store.Record(tx, projectID, id)
+func (s countingStore) Project(id string) (*handlers.Project, error) {
+	s.c.read()
+	return s.Store.Project(id)
 }
 
-func (s *countingStore) Records(tx pipeline.Tx, projectID, after string, limit int) ([]*handlers.Record, bool, error) {
-	s.read()
-	return s.Store.Records(tx, projectID, after, limit)
+func (s countingStore) Record(projectID, id string) (*handlers.Record, error) {
+	s.c.read()
+	return s.Store.Record(projectID, id)
+}
+
+func (s countingStore) Records(projectID, after string, limit int) ([]*handlers.Record, bool, error) {
+	s.c.read()
+	return s.Store.Records(projectID, after, limit)
 }
 
 // fakeIDs returns n distinct well-formed ids that name nothing.
@@ -590,8 +605,8 @@ func fakeIDs(n int) []string {
 // with no trace; 200 ids are accepted, 201 refused as over the schema's
 // size bound, as every array over its maxItems is.
 func TestDeleteRecords_SelectionIsExactlyOneForm(t *testing.T) {
-	reads := &countingStore{Store: boltstore.Store{}}
-	e := MustStartWith(t, reads, nil)
+	reads := &readCounter{}
+	e := MustStartWith(t, reads.wrap, nil)
 	p := e.CreateProject("alpha")
 	r := e.CreateRecord(p.ID, "kept")
 	for _, tt := range []struct {
@@ -709,8 +724,8 @@ func TestDeleteRecords_FilterSelects(t *testing.T) {
 // rules a schema cannot state (a title's characters, a real date, NUL)
 // refused the same way, naming the argument under /filter.
 func TestDeleteRecords_FilterLimits(t *testing.T) {
-	reads := &countingStore{Store: boltstore.Store{}}
-	e := MustStartWith(t, reads, nil)
+	reads := &readCounter{}
+	e := MustStartWith(t, reads.wrap, nil)
 	p := e.CreateProject("alpha")
 	fields := func(n int) string {
 		m := map[string]int{}
@@ -767,7 +782,7 @@ type detailedStore struct {
 	err error
 }
 
-func (s detailedStore) Project(pipeline.Tx, string) (*handlers.Project, error) { return nil, s.err }
+func (s detailedStore) Project(string) (*handlers.Project, error) { return nil, s.err }
 
 // Ensure the envelope's detail reaches the wire only on a fault
 // delete_records reports, never on a refusal, even one that carries a
@@ -786,7 +801,7 @@ func TestDeleteRecords_DetailOnlyOnFaults(t *testing.T) {
 		{"fault before the walk", errors.New("injected"), pipeline.Internal, `{"deleted":0}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := MustStartWith(t, detailedStore{Store: boltstore.Store{}, err: tt.err}, nil)
+			e := MustStartWith(t, func(b handlers.Store) handlers.Store { return detailedStore{b, tt.err} }, nil)
 			res := e.Write("delete_records", fmt.Sprintf(`{"project_id":%q,"filter":{},"confirm":true}`, missing))
 			MustFail(t, res, tt.code)
 			if got := string(mustWire(t, res).Error.Detail); got != tt.detail {
@@ -841,12 +856,12 @@ func BenchmarkDeleteRecords(b *testing.B) {
 func (e *env) seed(projectID string, n int) []string {
 	e.t.Helper()
 	var out []string
-	err := e.db.Update(context.Background(), func(tx pipeline.Tx) error {
+	err := e.db.Update(context.Background(), func(tx *kv.Tx) error {
 		now := time.Now().UTC()
-		op := &pipeline.Op{Now: now}
+		op := &pipeline.Op[handlers.Store]{Now: now}
 		for range n {
 			r := &handlers.Record{ID: op.NewID(), ProjectID: projectID, Title: "bench", Fields: handlers.Fields{}, Revision: 1, CreatedAt: now, UpdatedAt: now}
-			if err := (boltstore.Store{}).PutRecord(tx, r); err != nil {
+			if err := boltstore.Bind(tx).PutRecord(r); err != nil {
 				return err
 			}
 			out = append(out, r.ID)

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 )
@@ -22,14 +20,14 @@ func ExampleTools() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := boltdb.Open(dir, boltstore.Store{}.Init)
+	db, err := boltdb.Open(dir, boltstore.Init)
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
 
-	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}})
-	if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind)})
+	if err := p.Register(handlers.Tools()...); err != nil {
 		panic(err)
 	}
 	c := pipeline.Caller{Principal: "example", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}

@@ -19,16 +19,16 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // env is a pipeline with the built-in tools on a real bbolt file.
 type env struct {
 	t    testing.TB
 	db   *boltdb.DB
-	p    *pipeline.Pipeline
+	p    *pipeline.Pipeline[handlers.Store]
 	keys int // idempotency keys issued
 }
 
@@ -38,14 +38,15 @@ var caller = pipeline.Caller{Principal: "t", Scopes: pipeline.AllScopes, Transpo
 // tools on a pipeline over it.
 func MustStart(t testing.TB) *env {
 	t.Helper()
-	return MustStartWith(t, boltstore.Store{}, nil)
+	return MustStartWith(t, nil, nil)
 }
 
-// MustStartWith is MustStart with the tools working through s (the bbolt
-// store, or a wrapper of it) and the pipeline logging to log (nil: nowhere).
-func MustStartWith(t testing.TB, s handlers.Store, log *slog.Logger) *env {
+// MustStartWith is MustStart with the tools working through the bbolt
+// store as wrap wraps it in each transaction (nil: as it is), and the
+// pipeline logging to log (nil: nowhere).
+func MustStartWith(t testing.TB, wrap func(handlers.Store) handlers.Store, log *slog.Logger) *env {
 	t.Helper()
-	db, err := boltdb.Open(t.TempDir(), boltstore.Store{}.Init)
+	db, err := boltdb.Open(t.TempDir(), boltstore.Init)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +56,12 @@ func MustStartWith(t testing.TB, s handlers.Store, log *slog.Logger) *env {
 		}
 		db.Close()
 	})
-	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}, Logger: log})
-	if err := p.Register(handlers.Tools(s)...); err != nil {
+	bind := boltstore.Bind
+	if wrap != nil {
+		bind = func(tx *kv.Tx) handlers.Store { return wrap(boltstore.Bind(tx)) }
+	}
+	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, bind), Logger: log})
+	if err := p.Register(handlers.Tools()...); err != nil {
 		t.Fatal(err)
 	}
 	return &env{t: t, db: db, p: p}
@@ -150,7 +155,7 @@ func (e *env) GetRecord(projectID, id string) *pipeline.Result {
 func (e *env) AuditEvents(key string) []*auditlog.Event {
 	e.t.Helper()
 	var evs []*auditlog.Event
-	err := e.db.View(context.Background(), func(tx pipeline.Tx) error {
+	err := e.db.View(context.Background(), func(tx *kv.Tx) error {
 		return auditlog.Bolt{}.ForEach(tx, func(ev *auditlog.Event) error {
 			if ev.IdempotencyKey == key {
 				evs = append(evs, ev)
@@ -819,7 +824,7 @@ func TestInputRules(t *testing.T) {
 // The schemas themselves are golden files of the end-to-end tests
 // (cmd/writerd/testdata/tools), as tools/list shows them.
 func TestSchemas(t *testing.T) {
-	tools := handlers.Tools(boltstore.Store{})
+	tools := handlers.Tools()
 	if len(tools) != 11 {
 		t.Fatalf("tools = %d, want 11", len(tools))
 	}

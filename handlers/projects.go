@@ -8,8 +8,8 @@ import (
 
 // project loads a project; if it cannot, the id sought is named as the
 // refusal's target.
-func (h *handler) project(op *pipeline.Op, id string) (*Project, error) {
-	p, err := h.s.Project(op.Tx, id)
+func (h *handler) project(op *pipeline.Op[Store], id string) (*Project, error) {
+	p, err := op.Store.Project(id)
 	if err != nil {
 		op.Touch(kindProject, id, 0)
 		return nil, err
@@ -19,17 +19,17 @@ func (h *handler) project(op *pipeline.Op, id string) (*Project, error) {
 
 // putProject stores p. The store keeps names unique; when it refuses p's
 // name, the project holding it is named as the refusal's target too.
-func (h *handler) putProject(op *pipeline.Op, p *Project) error {
-	err := h.s.PutProject(op.Tx, p)
+func (h *handler) putProject(op *pipeline.Op[Store], p *Project) error {
+	err := op.Store.PutProject(p)
 	if pipeline.ErrorCode(err) == pipeline.AlreadyExists {
-		if holder, lookupErr := h.s.ProjectByName(op.Tx, p.Name); lookupErr == nil && holder != nil {
+		if holder, lookupErr := op.Store.ProjectByName(p.Name); lookupErr == nil && holder != nil {
 			touch(op, holder)
 		}
 	}
 	return err
 }
 
-func (h *handler) createProject(_ context.Context, op *pipeline.Op, in *CreateProjectInput) (*ProjectResult, error) {
+func (h *handler) createProject(_ context.Context, op *pipeline.Op[Store], in *CreateProjectInput) (*ProjectResult, error) {
 	now := op.Now.UTC()
 	p := &Project{
 		ID:          op.NewID(),
@@ -47,7 +47,7 @@ func (h *handler) createProject(_ context.Context, op *pipeline.Op, in *CreatePr
 	return &ProjectResult{Project: p}, nil
 }
 
-func (h *handler) updateProject(_ context.Context, op *pipeline.Op, in *UpdateProjectInput) (*ProjectResult, error) {
+func (h *handler) updateProject(_ context.Context, op *pipeline.Op[Store], in *UpdateProjectInput) (*ProjectResult, error) {
 	p, err := h.project(op, in.ProjectID)
 	if err != nil {
 		return nil, err
@@ -74,12 +74,12 @@ func (h *handler) updateProject(_ context.Context, op *pipeline.Op, in *UpdatePr
 	return &ProjectResult{Project: &next}, nil
 }
 
-func (h *handler) deleteProject(_ context.Context, op *pipeline.Op, in *DeleteProjectInput) (*DeletedResult, error) {
+func (h *handler) deleteProject(_ context.Context, op *pipeline.Op[Store], in *DeleteProjectInput) (*DeletedResult, error) {
 	p, err := h.deletableProject(op, in)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.s.DeleteProject(op.Tx, p.ID); err != nil {
+	if err := op.Store.DeleteProject(p.ID); err != nil {
 		return nil, refuse(op, p, err)
 	}
 	touch(op, p)
@@ -88,7 +88,7 @@ func (h *handler) deleteProject(_ context.Context, op *pipeline.Op, in *DeletePr
 
 // previewProject shows the project an unconfirmed delete_project would
 // delete, or answers the refusal the confirmed call would meet.
-func (h *handler) previewProject(_ context.Context, op *pipeline.Op, in *DeleteProjectInput) (any, error) {
+func (h *handler) previewProject(_ context.Context, op *pipeline.Op[Store], in *DeleteProjectInput) (any, error) {
 	p, err := h.deletableProject(op, in)
 	if err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func (h *handler) previewProject(_ context.Context, op *pipeline.Op, in *DeleteP
 // refuses it as the deletion would be refused: NOT_FOUND, REVISION_CONFLICT
 // or PROJECT_NOT_EMPTY. The confirmed call and its preview both go through
 // it, so that a preview never invites a confirmation that would fail.
-func (h *handler) deletableProject(op *pipeline.Op, in *DeleteProjectInput) (*Project, error) {
+func (h *handler) deletableProject(op *pipeline.Op[Store], in *DeleteProjectInput) (*Project, error) {
 	p, err := h.project(op, in.ProjectID)
 	if err != nil {
 		return nil, err
@@ -110,7 +110,7 @@ func (h *handler) deletableProject(op *pipeline.Op, in *DeleteProjectInput) (*Pr
 	}
 	// The store refuses to delete a project with records whoever calls it;
 	// asking first lets the preview answer the same refusal.
-	has, err := h.s.HasRecords(op.Tx, p.ID)
+	has, err := op.Store.HasRecords(p.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -120,15 +120,15 @@ func (h *handler) deletableProject(op *pipeline.Op, in *DeleteProjectInput) (*Pr
 	return p, nil
 }
 
-func (h *handler) listProjects(_ context.Context, op *pipeline.Op, in *ListProjectsInput) (*ProjectList, error) {
-	page, more, err := h.s.Projects(op.Tx, in.Cursor, in.limit())
+func (h *handler) listProjects(_ context.Context, op *pipeline.Op[Store], in *ListProjectsInput) (*ProjectList, error) {
+	page, more, err := op.Store.Projects(in.Cursor, in.limit())
 	if err != nil {
 		return nil, err
 	}
 	return &ProjectList{Projects: orEmpty(page), NextCursor: nextCursor(page, more)}, nil
 }
 
-func (h *handler) getProject(_ context.Context, op *pipeline.Op, in *GetProjectInput) (*ProjectResult, error) {
+func (h *handler) getProject(_ context.Context, op *pipeline.Op[Store], in *GetProjectInput) (*ProjectResult, error) {
 	p, err := h.project(op, in.ProjectID)
 	if err != nil {
 		return nil, err

@@ -8,8 +8,8 @@ import (
 
 // record loads a record; if it cannot, the id sought is named as the
 // refusal's target.
-func (h *handler) record(op *pipeline.Op, ref RecordRef) (*Record, error) {
-	r, err := h.s.Record(op.Tx, ref.ProjectID, ref.RecordID)
+func (h *handler) record(op *pipeline.Op[Store], ref RecordRef) (*Record, error) {
+	r, err := op.Store.Record(ref.ProjectID, ref.RecordID)
 	if err != nil {
 		op.Touch(kindRecord, ref.RecordID, 0)
 		return nil, err
@@ -17,7 +17,7 @@ func (h *handler) record(op *pipeline.Op, ref RecordRef) (*Record, error) {
 	return r, nil
 }
 
-func (h *handler) createRecord(_ context.Context, op *pipeline.Op, in *CreateRecordInput) (*RecordResult, error) {
+func (h *handler) createRecord(_ context.Context, op *pipeline.Op[Store], in *CreateRecordInput) (*RecordResult, error) {
 	p, err := h.project(op, in.ProjectID)
 	if err != nil {
 		return nil, err
@@ -33,14 +33,14 @@ func (h *handler) createRecord(_ context.Context, op *pipeline.Op, in *CreateRec
 		CreatedAt: now,
 		UpdatedAt: now,
 	}
-	if err := h.s.PutRecord(op.Tx, r); err != nil {
+	if err := op.Store.PutRecord(r); err != nil {
 		return nil, err
 	}
 	touch(op, r)
 	return &RecordResult{Record: r}, nil
 }
 
-func (h *handler) updateRecord(_ context.Context, op *pipeline.Op, in *UpdateRecordInput) (*RecordResult, error) {
+func (h *handler) updateRecord(_ context.Context, op *pipeline.Op[Store], in *UpdateRecordInput) (*RecordResult, error) {
 	r, err := h.record(op, in.RecordRef)
 	if err != nil {
 		return nil, err
@@ -66,15 +66,15 @@ func (h *handler) updateRecord(_ context.Context, op *pipeline.Op, in *UpdateRec
 	}
 	r.Revision++
 	r.UpdatedAt = op.Now.UTC()
-	if err := h.s.PutRecord(op.Tx, r); err != nil {
+	if err := op.Store.PutRecord(r); err != nil {
 		return nil, err
 	}
 	touch(op, r)
 	return &RecordResult{Record: r}, nil
 }
 
-func (h *handler) deleteRecord(_ context.Context, op *pipeline.Op, in *DeleteRecordInput) (*DeletedResult, error) {
-	r, err := h.removeRecord(op.Tx, in.RecordRef, in.ExpectedRevision)
+func (h *handler) deleteRecord(_ context.Context, op *pipeline.Op[Store], in *DeleteRecordInput) (*DeletedResult, error) {
+	r, err := h.removeRecord(op.Store, in.RecordRef, in.ExpectedRevision)
 	if err != nil {
 		return nil, refuseRecord(op, in.RecordID, r, err)
 	}
@@ -84,8 +84,8 @@ func (h *handler) deleteRecord(_ context.Context, op *pipeline.Op, in *DeleteRec
 
 // previewRecord shows the record an unconfirmed delete_record would
 // delete, or answers the refusal the confirmed call would meet.
-func (h *handler) previewRecord(_ context.Context, op *pipeline.Op, in *DeleteRecordInput) (any, error) {
-	r, err := h.deletableRecord(op.Tx, in.RecordRef, in.ExpectedRevision)
+func (h *handler) previewRecord(_ context.Context, op *pipeline.Op[Store], in *DeleteRecordInput) (any, error) {
+	r, err := h.deletableRecord(op.Store, in.RecordRef, in.ExpectedRevision)
 	if err != nil {
 		return nil, refuseRecord(op, in.RecordID, r, err)
 	}
@@ -96,12 +96,12 @@ func (h *handler) previewRecord(_ context.Context, op *pipeline.Op, in *DeleteRe
 // delete_record and each record of delete_records: it deletes the record
 // ref names if deletableRecord lets it. It returns the record whenever it
 // could load it, a refused one too.
-func (h *handler) removeRecord(tx pipeline.Tx, ref RecordRef, expected *int64) (*Record, error) {
-	r, err := h.deletableRecord(tx, ref, expected)
+func (h *handler) removeRecord(s Store, ref RecordRef, expected *int64) (*Record, error) {
+	r, err := h.deletableRecord(s, ref, expected)
 	if err != nil {
 		return r, err
 	}
-	if err := h.s.DeleteRecord(tx, r.ProjectID, r.ID); err != nil {
+	if err := s.DeleteRecord(r.ProjectID, r.ID); err != nil {
 		return r, err
 	}
 	return r, nil
@@ -113,8 +113,8 @@ func (h *handler) removeRecord(tx pipeline.Tx, ref RecordRef, expected *int64) (
 // through it, so that a preview never invites a confirmation that would
 // fail. It returns the record whenever it could load it, a refused one
 // too, and names nothing in the audit event: its callers do.
-func (h *handler) deletableRecord(tx pipeline.Tx, ref RecordRef, expected *int64) (*Record, error) {
-	r, err := h.s.Record(tx, ref.ProjectID, ref.RecordID)
+func (h *handler) deletableRecord(s Store, ref RecordRef, expected *int64) (*Record, error) {
+	r, err := s.Record(ref.ProjectID, ref.RecordID)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (h *handler) deletableRecord(tx pipeline.Tx, ref RecordRef, expected *int64
 // refuseRecord names the record a failed deletion is about in the audit
 // event, as loaded, or by the id sought at revision 0 if it could not be
 // loaded, and returns err.
-func refuseRecord(op *pipeline.Op, id string, r *Record, err error) error {
+func refuseRecord(op *pipeline.Op[Store], id string, r *Record, err error) error {
 	if r != nil {
 		return refuse(op, r, err)
 	}
@@ -138,19 +138,19 @@ func refuseRecord(op *pipeline.Op, id string, r *Record, err error) error {
 	return err
 }
 
-func (h *handler) listRecords(_ context.Context, op *pipeline.Op, in *ListRecordsInput) (*RecordList, error) {
+func (h *handler) listRecords(_ context.Context, op *pipeline.Op[Store], in *ListRecordsInput) (*RecordList, error) {
 	p, err := h.project(op, in.ProjectID)
 	if err != nil {
 		return nil, err
 	}
-	page, more, err := h.s.Records(op.Tx, p.ID, in.Cursor, in.limit())
+	page, more, err := op.Store.Records(p.ID, in.Cursor, in.limit())
 	if err != nil {
 		return nil, err
 	}
 	return &RecordList{Records: orEmpty(page), NextCursor: nextCursor(page, more)}, nil
 }
 
-func (h *handler) getRecord(_ context.Context, op *pipeline.Op, in *GetRecordInput) (*RecordResult, error) {
+func (h *handler) getRecord(_ context.Context, op *pipeline.Op[Store], in *GetRecordInput) (*RecordResult, error) {
 	r, err := h.record(op, in.RecordRef)
 	if err != nil {
 		return nil, err

@@ -2,8 +2,8 @@ package handlers
 
 import "github.com/writerd/writerd/pipeline"
 
-// Store is the domain store the handlers read and write through. Every
-// method takes the call's transaction: its changes commit with the call's
+// Store is the domain store the handlers read and write through, bound to
+// the call's transaction (op.Store): its changes commit with the call's
 // idempotency record and audit event, or not at all. Ids are ULIDs in their
 // 26-character text form, as the input schemas ensure.
 //
@@ -13,41 +13,41 @@ import "github.com/writerd/writerd/pipeline"
 type Store interface {
 	// Project returns NOT_FOUND (ProjectNotFound) if there is no project
 	// with the id.
-	Project(tx pipeline.Tx, id string) (*Project, error)
+	Project(id string) (*Project, error)
 	// ProjectByName returns the project whose name is the same name as
 	// name, compared by NameKey, or nil. It names the holder of a taken
 	// name in a refusal's audit event.
-	ProjectByName(tx pipeline.Tx, name string) (*Project, error)
+	ProjectByName(name string) (*Project, error)
 	// PutProject creates or replaces p, keeping names unique as NameKey
 	// compares them: it returns ALREADY_EXISTS (NameTaken) if another
 	// project holds a name with p.Name's key. p.Name is as the strict parse
 	// normalised it.
-	PutProject(tx pipeline.Tx, p *Project) error
+	PutProject(p *Project) error
 	// DeleteProject deletes the project and frees its name. It returns
 	// NOT_FOUND (ProjectNotFound) if there is none, and PROJECT_NOT_EMPTY
 	// (ProjectNotEmpty) while it has records: it keeps that invariant
 	// whoever calls it.
-	DeleteProject(tx pipeline.Tx, id string) error
+	DeleteProject(id string) error
 	// HasRecords reports whether the project has any record. It does not
 	// check that the project exists.
-	HasRecords(tx pipeline.Tx, projectID string) (bool, error)
+	HasRecords(projectID string) (bool, error)
 	// Projects returns up to limit projects in id order, starting after the
 	// id after ("" for the first page), and whether more follow.
-	Projects(tx pipeline.Tx, after string, limit int) (page []*Project, more bool, err error)
+	Projects(after string, limit int) (page []*Project, more bool, err error)
 
 	// Record returns NOT_FOUND (RecordNotFound) if the project has no
 	// record with the id, or if there is no such project.
-	Record(tx pipeline.Tx, projectID, id string) (*Record, error)
+	Record(projectID, id string) (*Record, error)
 	// PutRecord creates or replaces r in its project, which the caller has
 	// checked exists.
-	PutRecord(tx pipeline.Tx, r *Record) error
+	PutRecord(r *Record) error
 	// DeleteRecord returns NOT_FOUND (RecordNotFound) if there is no such
 	// record.
-	DeleteRecord(tx pipeline.Tx, projectID, id string) error
+	DeleteRecord(projectID, id string) error
 	// Records returns up to limit records of the project in id order,
 	// starting after the id after ("" for the first page), and whether more
 	// follow. It does not check that the project exists.
-	Records(tx pipeline.Tx, projectID, after string, limit int) (page []*Record, more bool, err error)
+	Records(projectID, after string, limit int) (page []*Record, more bool, err error)
 }
 
 // The refusals, a fixed catalogue of sentences for the agent. Each names

@@ -345,9 +345,9 @@ func (v *validated) Validate() error { return validateErrors[v.N] }
 func TestValidate_OnlyInvalidIsARejection(t *testing.T) {
 	e := MustStart(t)
 	ran := 0
-	tool := pipeline.MustDefine(pipeline.Spec[validated, handlers.DeletedResult]{
+	tool := pipeline.MustDefine(pipeline.Spec[handlers.Store, validated, handlers.DeletedResult]{
 		Name: "validated",
-		Run: func(context.Context, *pipeline.Op, *validated) (*handlers.DeletedResult, error) {
+		Run: func(context.Context, *pipeline.Op[handlers.Store], *validated) (*handlers.DeletedResult, error) {
 			ran++
 			return &handlers.DeletedResult{Deleted: handlers.Deleted{ID: "x", Revision: 1}}, nil
 		},

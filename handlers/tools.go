@@ -2,18 +2,20 @@ package handlers
 
 import "github.com/writerd/writerd/pipeline"
 
-// Tools returns the built-in tools, with handlers that work through s.
-func Tools(s Store) []*pipeline.Tool {
-	h := &handler{s: s}
-	return []*pipeline.Tool{
-		pipeline.MustDefine(pipeline.Spec[CreateProjectInput, ProjectResult]{
+// Tools returns the built-in tools. Their handlers work through the
+// domain store each call's transaction hands out (op.Store), whatever
+// the backend: a Pipeline[Store] on a Storage[Store].
+func Tools() []*pipeline.Tool[Store] {
+	h := &handler{}
+	return []*pipeline.Tool[Store]{
+		pipeline.MustDefine(pipeline.Spec[Store, CreateProjectInput, ProjectResult]{
 			Name:  "create_project",
 			Title: "Create a project",
 			Description: "Creates a project with a unique name (compared without regard to case). Retrying with the same idempotency_key " +
 				"returns the first answer instead of creating a second project.",
 			Run: h.createProject,
 		}),
-		pipeline.MustDefine(pipeline.Spec[UpdateProjectInput, ProjectResult]{
+		pipeline.MustDefine(pipeline.Spec[Store, UpdateProjectInput, ProjectResult]{
 			Name:  "update_project",
 			Title: "Update a project",
 			Description: "Changes the given members of a project whose revision is expected_revision, and increments " +
@@ -21,7 +23,7 @@ func Tools(s Store) []*pipeline.Tool {
 			Overwrites: true,
 			Run:        h.updateProject,
 		}),
-		pipeline.MustDefine(pipeline.Spec[DeleteProjectInput, DeletedResult]{
+		pipeline.MustDefine(pipeline.Spec[Store, DeleteProjectInput, DeletedResult]{
 			Name:  "delete_project",
 			Title: "Delete a project",
 			Description: "Deletes an empty project. Without \"confirm\": true it deletes nothing and previews the " +
@@ -31,14 +33,14 @@ func Tools(s Store) []*pipeline.Tool {
 			Run:         h.deleteProject,
 			Preview:     h.previewProject,
 		}),
-		pipeline.MustDefine(pipeline.Spec[CreateRecordInput, RecordResult]{
+		pipeline.MustDefine(pipeline.Spec[Store, CreateRecordInput, RecordResult]{
 			Name:  "create_record",
 			Title: "Create a record",
 			Description: "Creates a record in a project. Retrying with the same idempotency_key returns the first " +
 				"answer instead of creating a second record.",
 			Run: h.createRecord,
 		}),
-		pipeline.MustDefine(pipeline.Spec[UpdateRecordInput, RecordResult]{
+		pipeline.MustDefine(pipeline.Spec[Store, UpdateRecordInput, RecordResult]{
 			Name:  "update_record",
 			Title: "Update a record",
 			Description: "Changes the given members of a record whose revision is expected_revision, and increments " +
@@ -47,7 +49,7 @@ func Tools(s Store) []*pipeline.Tool {
 			Overwrites: true,
 			Run:        h.updateRecord,
 		}),
-		pipeline.MustDefine(pipeline.Spec[DeleteRecordInput, DeletedResult]{
+		pipeline.MustDefine(pipeline.Spec[Store, DeleteRecordInput, DeletedResult]{
 			Name:  "delete_record",
 			Title: "Delete a record",
 			Description: "Deletes an unlocked record. Without \"confirm\": true it deletes nothing and previews the " +
@@ -57,7 +59,7 @@ func Tools(s Store) []*pipeline.Tool {
 			Run:         h.deleteRecord,
 			Preview:     h.previewRecord,
 		}),
-		pipeline.MustDefine(pipeline.Spec[DeleteRecordsInput, DeleteRecordsResult]{
+		pipeline.MustDefine(pipeline.Spec[Store, DeleteRecordsInput, DeleteRecordsResult]{
 			Name:  "delete_records",
 			Title: "Delete records",
 			Description: "Deletes up to 200 records of a project in one call, named by record_ids or selected by a filter, " +
@@ -69,28 +71,28 @@ func Tools(s Store) []*pipeline.Tool {
 			Run:         h.deleteRecords,
 			Preview:     h.previewRecords,
 		}),
-		pipeline.MustDefine(pipeline.Spec[ListProjectsInput, ProjectList]{
+		pipeline.MustDefine(pipeline.Spec[Store, ListProjectsInput, ProjectList]{
 			Name:        "list_projects",
 			Title:       "List projects",
 			Description: "Lists projects oldest first, a page at a time; pass next_cursor as cursor to get the next page.",
 			ReadOnly:    true,
 			Run:         h.listProjects,
 		}),
-		pipeline.MustDefine(pipeline.Spec[GetProjectInput, ProjectResult]{
+		pipeline.MustDefine(pipeline.Spec[Store, GetProjectInput, ProjectResult]{
 			Name:        "get_project",
 			Title:       "Get a project",
 			Description: "Returns a project, with its current revision.",
 			ReadOnly:    true,
 			Run:         h.getProject,
 		}),
-		pipeline.MustDefine(pipeline.Spec[ListRecordsInput, RecordList]{
+		pipeline.MustDefine(pipeline.Spec[Store, ListRecordsInput, RecordList]{
 			Name:        "list_records",
 			Title:       "List records",
 			Description: "Lists a project's records oldest first, a page at a time; pass next_cursor as cursor to get the next page.",
 			ReadOnly:    true,
 			Run:         h.listRecords,
 		}),
-		pipeline.MustDefine(pipeline.Spec[GetRecordInput, RecordResult]{
+		pipeline.MustDefine(pipeline.Spec[Store, GetRecordInput, RecordResult]{
 			Name:        "get_record",
 			Title:       "Get a record",
 			Description: "Returns a record of a project, with its current revision.",
@@ -100,25 +102,24 @@ func Tools(s Store) []*pipeline.Tool {
 	}
 }
 
-// handler holds the handlers' one dependency.
-type handler struct {
-	s Store
-}
+// handler is the receiver of the built-in handlers, which hold no state:
+// the store comes with each call (op.Store).
+type handler struct{}
 
 // touch names e, as it is now, in the call's audit event.
-func touch(op *pipeline.Op, e entity) {
+func touch(op *pipeline.Op[Store], e entity) {
 	op.Touch(e.target())
 }
 
 // refuse names e as the target of a refusal and returns err.
-func refuse(op *pipeline.Op, e entity, err error) error {
+func refuse(op *pipeline.Op[Store], e entity, err error) error {
 	touch(op, e)
 	return err
 }
 
 // checkRevision refuses e, named in the audit event, if expected is given
 // and is not e's revision.
-func checkRevision(op *pipeline.Op, e entity, expected *int64) error {
+func checkRevision(op *pipeline.Op[Store], e entity, expected *int64) error {
 	if err := staleRevision(e, expected); err != nil {
 		return refuse(op, e, err)
 	}

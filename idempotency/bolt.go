@@ -29,21 +29,14 @@ var (
 // recordKeySize is the size of a record's storage key.
 const recordKeySize = 16
 
-// ErrTx is returned when a method is given a transaction of another backend.
-var ErrTx = errors.New("idempotency: not a bbolt transaction")
-
 // Bolt is the record store on bbolt. Its methods take the caller's
-// transaction (a *kv.Tx or a *bbolt.Tx, typed any so that the pipeline
-// stays free of bbolt) and never open one of their own.
+// transaction and never open one of their own; pipeline/boltdb binds them
+// to each transaction as the pipeline's key store.
 type Bolt struct{}
 
 // Init creates the buckets; call it once in a writable transaction. A
 // store of the earlier layout is converted.
-func (Bolt) Init(tx any) error {
-	t, err := kv.Of(tx)
-	if err != nil {
-		return ErrTx
-	}
+func (Bolt) Init(t *kv.Tx) error {
 	if t.Bolt().Bucket(recordBucket) != nil {
 		return nil
 	}
@@ -99,11 +92,7 @@ func recordKey(expires time.Time, seq uint64) []byte {
 // expiryOf reads the expiry out of a record's storage key.
 func expiryOf(k []byte) time.Time { return time.Unix(0, int64(binary.BigEndian.Uint64(k))) }
 
-func buckets(tx any) (index, records *kv.Bucket, err error) {
-	t, err := kv.Of(tx)
-	if err != nil {
-		return nil, nil, ErrTx
-	}
+func buckets(t *kv.Tx) (index, records *kv.Bucket, err error) {
 	index, records = t.Bucket(indexBucket), t.Bucket(recordBucket)
 	if index == nil || records == nil {
 		return nil, nil, errors.New("idempotency: bucket missing")
@@ -114,7 +103,7 @@ func buckets(tx any) (index, records *kv.Bucket, err error) {
 
 // Get returns the record of principal's key, or nil if there is none. It
 // returns expired records too; Match treats them as absent.
-func (Bolt) Get(tx any, principal, key string) (*Record, error) {
+func (Bolt) Get(tx *kv.Tx, principal, key string) (*Record, error) {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return nil, err
@@ -131,7 +120,7 @@ func (Bolt) Get(tx any, principal, key string) (*Record, error) {
 }
 
 // Put stores r, replacing an expired record of the same key.
-func (Bolt) Put(tx any, r *Record) error {
+func (Bolt) Put(tx *kv.Tx, r *Record) error {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return err
@@ -159,7 +148,7 @@ func (Bolt) Put(tx any, r *Record) error {
 
 // HasExpired reports whether any record has expired at now: a read, so
 // that a collector opens no write transaction when nothing expired.
-func (Bolt) HasExpired(tx any, now time.Time) (bool, error) {
+func (Bolt) HasExpired(tx *kv.Tx, now time.Time) (bool, error) {
 	_, records, err := buckets(tx)
 	if err != nil {
 		return false, err
@@ -171,7 +160,7 @@ func (Bolt) HasExpired(tx any, now time.Time) (bool, error) {
 // Collect deletes up to limit expired records, the earliest first, with
 // their index entries: it touches expired records only. It reports how
 // many it deleted and whether expired records remain.
-func (Bolt) Collect(tx any, now time.Time, limit int) (deleted int, more bool, err error) {
+func (Bolt) Collect(tx *kv.Tx, now time.Time, limit int) (deleted int, more bool, err error) {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return 0, false, err
@@ -202,7 +191,7 @@ func (Bolt) Collect(tx any, now time.Time, limit int) (deleted int, more bool, e
 
 // ForEach calls fn with every record, expired or not, in the order they
 // expire, stopping at the first error fn returns.
-func (Bolt) ForEach(tx any, fn func(*Record) error) error {
+func (Bolt) ForEach(tx *kv.Tx, fn func(*Record) error) error {
 	_, records, err := buckets(tx)
 	if err != nil {
 		return err
@@ -219,7 +208,7 @@ func (Bolt) ForEach(tx any, fn func(*Record) error) error {
 // Check verifies the index against the records, one entry per record
 // naming it by its own principal and key, and returns every problem found,
 // joined.
-func (Bolt) Check(tx any) error {
+func (Bolt) Check(tx *kv.Tx) error {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 var store idempotency.Bolt
@@ -29,7 +29,7 @@ func MustOpen(t testing.TB) *bolt.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(tx) })
+	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(kv.Wrap(tx)) })
 	t.Cleanup(func() { MustCheck(t, db) })
 	return db
 }
@@ -37,7 +37,7 @@ func MustOpen(t testing.TB) *bolt.DB {
 // MustCheck fails the test if the index and the records disagree.
 func MustCheck(t testing.TB, db *bolt.DB) {
 	t.Helper()
-	if err := db.View(func(tx *bolt.Tx) error { return store.Check(tx) }); err != nil {
+	if err := db.View(func(tx *bolt.Tx) error { return store.Check(kv.Wrap(tx)) }); err != nil {
 		t.Errorf("Check: %v", err)
 	}
 }
@@ -55,7 +55,7 @@ func MustPut(t testing.TB, db *bolt.DB, rs ...*idempotency.Record) {
 	t.Helper()
 	MustUpdate(t, db, func(tx *bolt.Tx) error {
 		for _, r := range rs {
-			if err := store.Put(tx, r); err != nil {
+			if err := store.Put(kv.Wrap(tx), r); err != nil {
 				return err
 			}
 		}
@@ -69,7 +69,7 @@ func MustGet(t testing.TB, db *bolt.DB, principal, key string) *idempotency.Reco
 	var r *idempotency.Record
 	err := db.View(func(tx *bolt.Tx) error {
 		var err error
-		r, err = store.Get(tx, principal, key)
+		r, err = store.Get(kv.Wrap(tx), principal, key)
 		return err
 	})
 	if err != nil {
@@ -222,10 +222,10 @@ func TestBolt_Collect(t *testing.T) {
 				var more, due bool
 				MustUpdate(t, db, func(tx *bolt.Tx) error {
 					var err error
-					if due, err = store.HasExpired(tx, now); err != nil {
+					if due, err = store.HasExpired(kv.Wrap(tx), now); err != nil {
 						return err
 					}
-					deleted, more, err = store.Collect(tx, now, limit)
+					deleted, more, err = store.Collect(kv.Wrap(tx), now, limit)
 					return err
 				})
 				if due != (left > 0) {
@@ -267,7 +267,7 @@ func TestBolt_PutReplacesTheExpiredRecord(t *testing.T) {
 		t.Fatalf("records expiring at now%+v, want one at the new expiry", got)
 	}
 	MustUpdate(t, db, func(tx *bolt.Tx) error {
-		due, err := store.HasExpired(tx, now)
+		due, err := store.HasExpired(kv.Wrap(tx), now)
 		if due {
 			t.Error("HasExpired with only a live record")
 		}
@@ -309,7 +309,7 @@ func TestBolt_InitConvertsTheEarlierLayout(t *testing.T) {
 		}
 		return x.Put(binary.BigEndian.AppendUint64(nil, uint64(live.ExpiresAt.UnixNano())), nil)
 	})
-	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(tx) })
+	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(kv.Wrap(tx)) })
 	MustCheck(t, db)
 	for _, want := range []*idempotency.Record{live, expired} {
 		if got := MustGet(t, db, want.Principal, want.Key); !reflect.DeepEqual(got, want) {
@@ -320,7 +320,7 @@ func TestBolt_InitConvertsTheEarlierLayout(t *testing.T) {
 		if tx.Bucket([]byte("idempotency_expiry")) != nil {
 			t.Error("the expiry index of the earlier layout is still there")
 		}
-		n, more, err := store.Collect(tx, now, 10)
+		n, more, err := store.Collect(kv.Wrap(tx), now, 10)
 		if n != 1 || more {
 			t.Errorf("Collect = %d, %v, want the one expired record", n, more)
 		}
@@ -329,7 +329,7 @@ func TestBolt_InitConvertsTheEarlierLayout(t *testing.T) {
 	if got := MustGet(t, db, "a", "k-00000001"); !reflect.DeepEqual(got, live) {
 		t.Errorf("the live record after collection: %+v", got)
 	}
-	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(tx) }) // a second open changes nothing
+	MustUpdate(t, db, func(tx *bolt.Tx) error { return store.Init(kv.Wrap(tx)) }) // a second open changes nothing
 	MustCheck(t, db)
 }
 
@@ -362,7 +362,7 @@ func TestBolt_CheckFindsADamagedIndex(t *testing.T) {
 			MustUpdate(t, db, func(tx *bolt.Tx) error {
 				return tt.damage(tx.Bucket([]byte("idempotency")), tx.Bucket([]byte("idempotency_records")))
 			})
-			err := db.View(func(tx *bolt.Tx) error { return store.Check(tx) })
+			err := db.View(func(tx *bolt.Tx) error { return store.Check(kv.Wrap(tx)) })
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Check = %v, want %q", err, tt.want)
 			}
@@ -372,26 +372,9 @@ func TestBolt_CheckFindsADamagedIndex(t *testing.T) {
 						return err
 					}
 				}
-				return store.Init(tx)
+				return store.Init(kv.Wrap(tx))
 			})
 		})
-	}
-}
-
-// Ensure a transaction of another backend is refused, not misused.
-func TestBolt_ErrTx(t *testing.T) {
-	notTx := struct{}{}
-	if err := store.Init(notTx); !errors.Is(err, idempotency.ErrTx) {
-		t.Errorf("Init: err = %v, want ErrTx", err)
-	}
-	if _, err := store.Get(notTx, "p", "k"); !errors.Is(err, idempotency.ErrTx) {
-		t.Errorf("Get: err = %v, want ErrTx", err)
-	}
-	if err := store.Put(notTx, record("p", "k", "d", now)); !errors.Is(err, idempotency.ErrTx) {
-		t.Errorf("Put: err = %v, want ErrTx", err)
-	}
-	if _, _, err := store.Collect(notTx, now, 10); !errors.Is(err, idempotency.ErrTx) {
-		t.Errorf("Collect: err = %v, want ErrTx", err)
 	}
 }
 
@@ -401,7 +384,7 @@ func TestBolt_PutRefusesAnUnknownState(t *testing.T) {
 	db := MustOpen(t)
 	r := record("agent", "k-00000001", "d", now.Add(time.Hour))
 	r.State = "running"
-	if err := db.Update(func(tx *bolt.Tx) error { return store.Put(tx, r) }); err == nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return store.Put(kv.Wrap(tx), r) }); err == nil {
 		t.Fatal("Put stored a record in state running")
 	}
 	if ks, es := storedKeys(t, db), expiries(t, db); len(ks)+len(es) != 0 {

@@ -20,10 +20,10 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -35,7 +35,7 @@ var caller = pipeline.Caller{Principal: "local", Scopes: pipeline.AllScopes, Tra
 type server struct {
 	t       testing.TB
 	db      *boltdb.DB
-	p       *pipeline.Pipeline
+	p       *pipeline.Pipeline[handlers.Store]
 	session *sdk.ClientSession
 	frames  *frames       // every JSON-RPC message the client wrote and read
 	log     *lockedBuffer // the server's log
@@ -65,13 +65,13 @@ func MustServeMiddleware(t testing.TB, mw []sdk.Middleware, setup ...func(*sdk.S
 
 func mustServe(t testing.TB, opts *sdk.ClientSessionOptions, mw []sdk.Middleware, setup ...func(*sdk.Server)) *server {
 	t.Helper()
-	db, err := boltdb.Open(t.TempDir(), boltstore.Store{}.Init)
+	db, err := boltdb.Open(t.TempDir(), boltstore.Init)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}})
-	if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind)})
+	if err := p.Register(handlers.Tools()...); err != nil {
 		t.Fatal(err)
 	}
 	s := &server{t: t, db: db, p: p, frames: new(frames), log: new(lockedBuffer)}
@@ -209,7 +209,7 @@ func (s *server) Call(tool, args string) wire {
 func (s *server) AuditEvents() []*auditlog.Event {
 	s.t.Helper()
 	var evs []*auditlog.Event
-	err := s.db.View(context.Background(), func(tx pipeline.Tx) error {
+	err := s.db.View(context.Background(), func(tx *kv.Tx) error {
 		return auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
 			evs = append(evs, e)
 			return nil

@@ -41,7 +41,7 @@ type Options struct {
 }
 
 // NewServer returns an MCP server that serves every tool registered in p.
-func NewServer(p *pipeline.Pipeline, opts Options) *sdk.Server {
+func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 	if opts.Name == "" {
 		opts.Name = "writerd"
 	}
@@ -77,7 +77,7 @@ func protocolsFrom(min string) []string {
 	return vs
 }
 
-func toolOf(t *pipeline.Tool) *sdk.Tool {
+func toolOf(t *pipeline.ToolInfo) *sdk.Tool {
 	closed := false
 	a := &sdk.ToolAnnotations{
 		ReadOnlyHint: t.ReadOnly,
@@ -101,7 +101,7 @@ func toolOf(t *pipeline.Tool) *sdk.Tool {
 
 // handler passes the raw arguments to the pipeline: the one path to a
 // handler. It never returns a Go error, which the SDK would send verbatim.
-func handler(p *pipeline.Pipeline, caller CallerFunc) sdk.ToolHandler {
+func handler(p pipeline.Service, caller CallerFunc) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		args := []byte(req.Params.Arguments)
 		if len(args) == 0 {

@@ -16,10 +16,10 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // stdio is writerd's MCP server on the Stdio transport over pipes, with the
@@ -42,13 +42,13 @@ const initialize = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"pro
 // notifications/initialized first and reads the answer.
 func MustStdio(t testing.TB, raw bool) *stdio {
 	t.Helper()
-	db, err := boltdb.Open(t.TempDir(), boltstore.Store{}.Init)
+	db, err := boltdb.Open(t.TempDir(), boltstore.Init)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}})
-	if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind)})
+	if err := p.Register(handlers.Tools()...); err != nil {
 		t.Fatal(err)
 	}
 	inR, inW := io.Pipe()
@@ -235,7 +235,7 @@ func TestStdio_AnswersEverythingReadBeforeEOF(t *testing.T) {
 		}
 	}
 	var events int
-	s.db.View(context.Background(), func(tx pipeline.Tx) error {
+	s.db.View(context.Background(), func(tx *kv.Tx) error {
 		return auditlog.Bolt{}.ForEach(tx, func(*auditlog.Event) error { events++; return nil })
 	})
 	if events != calls {

@@ -3,7 +3,6 @@ package pipeline_test
 import (
 	"testing"
 
-	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -27,7 +26,7 @@ var builtinSeeds = []string{
 // Ensure the strict parse agrees with the reference validator on the
 // built-in tools' arguments: the same verdict, and a refusal's same code.
 func FuzzCheck_BuiltinTools(f *testing.F) {
-	tools := handlers.Tools(nil)
+	tools := builtinInfos()
 	for i := range tools {
 		for _, s := range builtinSeeds {
 			f.Add(uint8(i), []byte(s))

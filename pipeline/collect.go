@@ -7,7 +7,7 @@ import (
 
 // Run does the pipeline's background work until ctx ends: it collects
 // expired idempotency records every CollectEvery.
-func (p *Pipeline) Run(ctx context.Context) error {
+func (p *Pipeline[D]) Run(ctx context.Context) error {
 	tick := time.NewTicker(p.cfg.CollectEvery)
 	defer tick.Stop()
 	for {
@@ -26,14 +26,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // at most a bounded number of records each so that writers are never held
 // up for long, and returns how many it deleted. It asks in a read
 // transaction first, and opens no write transaction when nothing expired.
-func (p *Pipeline) CollectKeys(ctx context.Context) (int, error) {
+func (p *Pipeline[D]) CollectKeys(ctx context.Context) (int, error) {
 	total := 0
 	for ctx.Err() == nil {
 		now := p.now()
 		var expired bool
-		err := p.cfg.Storage.View(ctx, func(tx Tx) error {
+		err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
 			var err error
-			expired, err = p.cfg.Keys.HasExpired(tx, now)
+			expired, err = tx.Keys().HasExpired(now)
 			return err
 		})
 		if err != nil || !expired {
@@ -41,9 +41,9 @@ func (p *Pipeline) CollectKeys(ctx context.Context) (int, error) {
 		}
 		var n int
 		var more bool
-		err = p.update(ctx, func(tx Tx) error {
+		err = p.update(ctx, func(tx Tx[D]) error {
 			var err error
-			n, more, err = p.cfg.Keys.Collect(tx, now, collectStep)
+			n, more, err = tx.Keys().Collect(now, collectStep)
 			return err
 		})
 		if err != nil {

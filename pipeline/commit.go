@@ -20,7 +20,7 @@ var errSettled = errors.New("pipeline: key already settled")
 // successful call, a failure receipt, key collection) goes through it.
 // The storage may commit it together with others (group commit); its
 // commits are measured there.
-func (p *Pipeline) update(ctx context.Context, fn func(Tx) error) error {
+func (p *Pipeline[D]) update(ctx context.Context, fn func(Tx[D]) error) error {
 	return p.cfg.Storage.Update(ctx, fn)
 }
 
@@ -29,7 +29,7 @@ func (p *Pipeline) update(ctx context.Context, fn func(Tx) error) error {
 // and its change, the idempotency record and the audit event commit
 // together. A panic anywhere in the transaction rolls it back and is
 // recorded as a failure.
-func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest string, start time.Time) *Result {
+func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, digest string, start time.Time) *Result {
 	reqID := RequestID(ctx)
 	key := in.(keyed).idempotencyKey()
 	release, err := p.locks.Acquire(ctx, c.Principal, key, p.cfg.KeyWait)
@@ -44,27 +44,27 @@ func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest 
 	}
 	defer release()
 
-	op := &Op{Caller: c}
+	op := &Op[D]{Caller: c}
 	ev := &auditlog.Event{
 		RequestID: reqID, Principal: c.Principal, Transport: c.Transport,
 		Tool: t.Name, IdempotencyKey: key, Digest: digest,
 	}
 	var rec *idempotency.Record
 	var out []byte
-	err = p.update(ctx, func(tx Tx) (err error) {
+	err = p.update(ctx, func(tx Tx[D]) (err error) {
 		defer recoverInto(&err)
-		op.Tx, op.Now, op.targets = tx, p.now(), nil
+		op.Store, op.Now, op.targets = tx.Domain(), p.now(), nil
 		if rec, err = p.settledRecord(tx, c.Principal, key, digest, op.Now); rec != nil || err != nil {
 			return err
 		}
 		if out, err = p.dispatch(ctx, t, op, in); err != nil {
 			return err
 		}
-		p.finishEvent(ev, op, start, nil)
-		if err := p.cfg.Audit.Append(tx, ev); err != nil {
+		p.finishEvent(ev, op.Now, op.targets, start, nil)
+		if err := tx.Audit().Append(ev); err != nil {
 			return err
 		}
-		return p.cfg.Keys.Put(tx, p.record(ev, op, idempotency.Completed, out, ""))
+		return tx.Keys().Put(p.record(ev, op.Now, idempotency.Completed, out, ""))
 	})
 	if errors.Is(err, errSettled) {
 		return p.settled(reqID, rec, digest, op.Now)
@@ -80,8 +80,8 @@ func (p *Pipeline) write(ctx context.Context, c Caller, t *Tool, in any, digest 
 // settledRecord looks the key up inside a write transaction. It returns
 // the record and errSettled if the key has a live record, so that the
 // transaction writes nothing and the call is answered from the record.
-func (p *Pipeline) settledRecord(tx Tx, principal, key, digest string, now time.Time) (*idempotency.Record, error) {
-	rec, err := p.cfg.Keys.Get(tx, principal, key)
+func (p *Pipeline[D]) settledRecord(tx Tx[D], principal, key, digest string, now time.Time) (*idempotency.Record, error) {
+	rec, err := tx.Keys().Get(principal, key)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func (p *Pipeline) settledRecord(tx Tx, principal, key, digest string, now time.
 
 // settled answers a call whose key has a live record: the replay or one of
 // the two conflicts. None of them writes anything.
-func (p *Pipeline) settled(reqID string, rec *idempotency.Record, digest string, now time.Time) *Result {
+func (p *Pipeline[D]) settled(reqID string, rec *idempotency.Record, digest string, now time.Time) *Result {
 	switch rec.Match(digest, now) {
 	case idempotency.Replay:
 		p.cfg.Metrics.Idempotency("replayed")
@@ -116,20 +116,20 @@ func (p *Pipeline) settled(reqID string, rec *idempotency.Record, digest string,
 // commit's pages), and then the call is answered from its record. If even
 // the receipt cannot be saved, the client gets the fixed INTERNAL error
 // (UNAVAILABLE if the store is closed) and the key stays unused.
-func (p *Pipeline) fail(ctx context.Context, ev *auditlog.Event, op *Op, start time.Time, cause error) *Result {
+func (p *Pipeline[D]) fail(ctx context.Context, ev *auditlog.Event, op *Op[D], start time.Time, cause error) *Result {
 	e := handlerError(cause)
 	var rec *idempotency.Record
-	err := p.update(ctx, func(tx Tx) (err error) {
+	err := p.update(ctx, func(tx Tx[D]) (err error) {
 		defer recoverInto(&err)
 		op.Now = p.now()
 		if rec, err = p.settledRecord(tx, ev.Principal, ev.IdempotencyKey, ev.Digest, op.Now); rec != nil || err != nil {
 			return err
 		}
-		p.finishEvent(ev, op, start, e)
-		if err := p.cfg.Audit.Append(tx, ev); err != nil {
+		p.finishEvent(ev, op.Now, op.targets, start, e)
+		if err := tx.Audit().Append(ev); err != nil {
 			return err
 		}
-		return p.cfg.Keys.Put(tx, p.record(ev, op, idempotency.Failed, nil, e.Code))
+		return tx.Keys().Put(p.record(ev, op.Now, idempotency.Failed, nil, e.Code))
 	})
 	if errors.Is(err, errSettled) {
 		p.log.Warn("a write reported as failed was committed; answered from its record",
@@ -157,9 +157,9 @@ func (p *Pipeline) fail(ctx context.Context, ev *auditlog.Event, op *Op, start t
 	return &Result{RequestID: ev.RequestID, Outcome: outcomeOf(e), AuditID: ev.ID, Err: &recorded}
 }
 
-func (p *Pipeline) finishEvent(ev *auditlog.Event, op *Op, start time.Time, e *Error) {
-	ev.Time = op.Now.UTC()
-	ev.Targets = op.targets
+func (p *Pipeline[D]) finishEvent(ev *auditlog.Event, now time.Time, targets []auditlog.Target, start time.Time, e *Error) {
+	ev.Time = now.UTC()
+	ev.Targets = targets
 	ev.DurationMS = msSince(start)
 	ev.Outcome = auditlog.OK
 	if e != nil {
@@ -167,18 +167,18 @@ func (p *Pipeline) finishEvent(ev *auditlog.Event, op *Op, start time.Time, e *E
 	}
 }
 
-func (p *Pipeline) record(ev *auditlog.Event, op *Op, state idempotency.State, out []byte, code Code) *idempotency.Record {
+func (p *Pipeline[D]) record(ev *auditlog.Event, now time.Time, state idempotency.State, out []byte, code Code) *idempotency.Record {
 	return &idempotency.Record{
 		Principal: ev.Principal, Key: ev.IdempotencyKey, Tool: ev.Tool, Digest: ev.Digest,
 		State: state, Result: out, Code: string(code), AuditID: ev.ID,
-		CreatedAt: op.Now, ExpiresAt: op.Now.Add(p.cfg.KeyTTL),
+		CreatedAt: now, ExpiresAt: now.Add(p.cfg.KeyTTL),
 	}
 }
 
 // dispatch is stage 7 and the check of stage 9: it runs the handler,
 // encodes its result and checks it against the output schema, turning a
 // panic in any of them into an error.
-func (p *Pipeline) dispatch(ctx context.Context, t *Tool, op *Op, in any) ([]byte, error) {
+func (p *Pipeline[D]) dispatch(ctx context.Context, t *Tool[D], op *Op[D], in any) ([]byte, error) {
 	return callSafely(func() ([]byte, error) {
 		out, err := t.run(ctx, op, in)
 		if err != nil {

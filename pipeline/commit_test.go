@@ -13,7 +13,6 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
 )
 
 // panickingAudit panics on Append of the events it is told to.
@@ -22,17 +21,17 @@ type panickingAudit struct {
 	on func(*auditlog.Event) bool
 }
 
-func (p panickingAudit) Append(tx pipeline.Tx, e *auditlog.Event) error {
+func (p panickingAudit) Append(e *auditlog.Event) error {
 	if p.on(e) {
 		panic("secret-store-panic")
 	}
-	return p.Audit.Append(tx, e)
+	return p.Audit.Append(e)
 }
 
 // panickingKeys panics on every lookup.
 type panickingKeys struct{ pipeline.Keys }
 
-func (panickingKeys) Get(pipeline.Tx, string, string) (*idempotency.Record, error) {
+func (panickingKeys) Get(string, string) (*idempotency.Record, error) {
 	panic("secret-keys-panic")
 }
 
@@ -42,20 +41,24 @@ func (panickingKeys) Get(pipeline.Tx, string, string) (*idempotency.Record, erro
 func TestCall_NeverPanics(t *testing.T) {
 	tests := []struct {
 		name      string
-		configure func(*pipeline.Config)
+		configure func(*pipeline.Config[notes])
 		args      string
 		retry     pipeline.Retry
 		events    int // failure events
 	}{
-		{"result encoding panics", func(*pipeline.Config) {}, `{"idempotency_key":"k-00000001","text":"a","fail":"marshal-panic"}`, pipeline.RetryNewKey, 1},
-		{"audit append panics on success", func(c *pipeline.Config) {
-			c.Audit = panickingAudit{c.Audit, func(e *auditlog.Event) bool { return e.Outcome == auditlog.OK }}
+		{"result encoding panics", func(*pipeline.Config[notes]) {}, `{"idempotency_key":"k-00000001","text":"a","fail":"marshal-panic"}`, pipeline.RetryNewKey, 1},
+		{"audit append panics on success", func(c *pipeline.Config[notes]) {
+			c.Storage = wrapping{Storage: c.Storage, audit: func(a pipeline.Audit) pipeline.Audit {
+				return panickingAudit{a, func(e *auditlog.Event) bool { return e.Outcome == auditlog.OK }}
+			}}
 		}, `{"idempotency_key":"k-00000001","text":"a"}`, pipeline.RetryNewKey, 1},
-		{"audit append always panics", func(c *pipeline.Config) {
-			c.Audit = panickingAudit{c.Audit, func(*auditlog.Event) bool { return true }}
+		{"audit append always panics", func(c *pipeline.Config[notes]) {
+			c.Storage = wrapping{Storage: c.Storage, audit: func(a pipeline.Audit) pipeline.Audit {
+				return panickingAudit{a, func(*auditlog.Event) bool { return true }}
+			}}
 		}, `{"idempotency_key":"k-00000001","text":"a"}`, pipeline.RetrySameKey, 0},
-		{"key lookup panics", func(c *pipeline.Config) {
-			c.Keys = panickingKeys{c.Keys}
+		{"key lookup panics", func(c *pipeline.Config[notes]) {
+			c.Storage = wrapping{Storage: c.Storage, keys: func(k pipeline.Keys) pipeline.Keys { return panickingKeys{k} }}
 		}, `{"idempotency_key":"k-00000001","text":"a"}`, pipeline.RetrySameKey, 0},
 	}
 	for _, tt := range tests {
@@ -97,12 +100,12 @@ func TestCall_NeverPanics(t *testing.T) {
 // bbolt can when fdatasync fails after the commit's pages were written:
 // the next transaction sees the commit.
 type lyingStorage struct {
-	pipeline.Storage
+	pipeline.Storage[notes]
 	mu   sync.Mutex
 	lies int
 }
 
-func (l *lyingStorage) Update(ctx context.Context, fn func(pipeline.Tx) error) error {
+func (l *lyingStorage) Update(ctx context.Context, fn func(pipeline.Tx[notes]) error) error {
 	if err := l.Storage.Update(ctx, fn); err != nil {
 		return err
 	}
@@ -121,7 +124,7 @@ func (l *lyingStorage) Update(ctx context.Context, fn func(pipeline.Tx) error) e
 // INTERNAL telling the agent to run it again with a new key.
 func TestCall_FailedCommitThatLandedIsAnsweredFromItsRecord(t *testing.T) {
 	lying := &lyingStorage{lies: 1}
-	e := MustEnvConfig(t, func(c *pipeline.Config) {
+	e := MustEnvConfig(t, func(c *pipeline.Config[notes]) {
 		lying.Storage = c.Storage
 		c.Storage = lying
 	})
@@ -146,13 +149,13 @@ func TestCall_FailedCommitThatLandedIsAnsweredFromItsRecord(t *testing.T) {
 // heldStorage holds the first Update it is given until release is closed,
 // before the transaction begins.
 type heldStorage struct {
-	pipeline.Storage
+	pipeline.Storage[notes]
 	held    atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (h *heldStorage) Update(ctx context.Context, fn func(pipeline.Tx) error) error {
+func (h *heldStorage) Update(ctx context.Context, fn func(pipeline.Tx[notes]) error) error {
 	if h.held.CompareAndSwap(false, true) {
 		close(h.entered)
 		<-h.release
@@ -168,7 +171,7 @@ func TestCall_TimesFollowCommitOrder(t *testing.T) {
 	var mu sync.Mutex
 	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	step := time.Millisecond
-	e := MustEnvConfig(t, func(c *pipeline.Config) {
+	e := MustEnvConfig(t, func(c *pipeline.Config[notes]) {
 		held.Storage = c.Storage
 		c.Storage = held
 		c.Now = func() time.Time {
@@ -244,11 +247,10 @@ func TestCall_KeyLookupBeforeConfirmation(t *testing.T) {
 // notes once each: no write re-ran, none was lost with a neighbour.
 func TestCall_GroupCommitKeepsOutcomesApart(t *testing.T) {
 	var commits, committed atomic.Int64
-	e := MustEnvConfig(t, func(c *pipeline.Config) {
-		c.Storage.(*boltdb.DB).ObserveCommits(func(_ time.Duration, writes int) {
-			commits.Add(1)
-			committed.Add(int64(writes))
-		})
+	e := MustEnv(t, nil)
+	e.db.ObserveCommits(func(_ time.Duration, writes int) {
+		commits.Add(1)
+		committed.Add(int64(writes))
 	})
 	const n = 1000
 	fails := map[string]string{}

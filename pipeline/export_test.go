@@ -12,24 +12,24 @@ import (
 
 // Check is the strict parse without the decoding: it returns the
 // canonical arguments or the rejection.
-func Check(t *Tool, args []byte, lim Limits) ([]byte, error) {
+func Check(t *ToolInfo, args []byte, lim Limits) ([]byte, error) {
 	a, err := t.check(args, lim)
 	return a.Bytes(), err
 }
 
 // Parse is the whole of stages 2 and 3: the input, and the canonical
 // arguments the digest is taken of.
-func Parse(t *Tool, args []byte, lim Limits) (any, []byte, error) {
+func Parse(t *ToolInfo, args []byte, lim Limits) (any, []byte, error) {
 	in, a, err := t.parse(args, lim)
 	return in, a.Bytes(), err
 }
 
 // Decode is the decoding of canonical arguments into the tool's input type.
-func Decode(t *Tool, canonical []byte) (any, error) { return t.decode(canonical) }
+func Decode(t *ToolInfo, canonical []byte) (any, error) { return t.decode(canonical) }
 
 // AgreeWithReference fails the test unless the strict parse and the
 // reference validator agree on the arguments.
-func AgreeWithReference(t *testing.T, tool *Tool, args []byte, lim Limits) {
+func AgreeWithReference(t *testing.T, tool *ToolInfo, args []byte, lim Limits) {
 	t.Helper()
 	agreeWithReference(t, tool, args, lim)
 }
@@ -41,11 +41,11 @@ func CompileSchema(raw []byte) error {
 }
 
 // CheckResult is the output check with the strict parse's checker.
-func CheckResult(t *Tool, b []byte) error { return t.checkResult(b) }
+func CheckResult(t *ToolInfo, b []byte) error { return t.checkResult(b) }
 
 // ReferenceCheckResult is the output check with the reference validator,
 // as dispatch makes it.
-func ReferenceCheckResult(t *Tool, b []byte) error {
+func ReferenceCheckResult(t *ToolInfo, b []byte) error {
 	v, err := validator.UnmarshalJSON(bytes.NewReader(b))
 	if err != nil {
 		return err
@@ -55,4 +55,4 @@ func ReferenceCheckResult(t *Tool, b []byte) error {
 
 // ReferenceCheck is check as the strict parse made it before its own
 // checker: the token scan and tree, then the reference validator.
-func ReferenceCheck(t *Tool, args []byte, lim Limits) error { return t.referenceCheck(args, lim) }
+func ReferenceCheck(t *ToolInfo, args []byte, lim Limits) error { return t.referenceCheck(args, lim) }

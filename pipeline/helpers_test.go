@@ -74,14 +74,22 @@ type getIn struct {
 	ID string `json:"id" jsonschema:"maxLength=26"`
 }
 
-func testTools() []*pipeline.Tool {
-	return []*pipeline.Tool{
-		pipeline.MustDefine(pipeline.Spec[noteIn, noteOut]{
+// notes is the test tools' domain store: their bucket, in a call's
+// transaction, written through kv so that a failed call's changes roll
+// back with it.
+type notes = *kv.Bucket
+
+// bindNotes is the domain store's bind: the bucket in tx.
+func bindNotes(tx *kv.Tx) notes { return tx.Bucket(notesBucket) }
+
+func testTools() []*pipeline.Tool[notes] {
+	return []*pipeline.Tool[notes]{
+		pipeline.MustDefine(pipeline.Spec[notes, noteIn, noteOut]{
 			Name: "put_note", Description: "Stores a note.",
-			Run: func(_ context.Context, op *pipeline.Op, in *noteIn) (*noteOut, error) {
+			Run: func(_ context.Context, op *pipeline.Op[notes], in *noteIn) (*noteOut, error) {
 				out := &noteOut{}
 				out.Note.ID, out.Note.Text = op.NewID(), in.Text
-				if err := notes(op.Tx).Put([]byte(out.Note.ID), []byte(in.Text)); err != nil {
+				if err := op.Store.Put([]byte(out.Note.ID), []byte(in.Text)); err != nil {
 					return nil, err
 				}
 				op.Touch("note", out.Note.ID, 1)
@@ -114,16 +122,16 @@ func testTools() []*pipeline.Tool {
 				return out, nil
 			},
 		}),
-		pipeline.MustDefine(pipeline.Spec[deleteIn, noteOut]{
+		pipeline.MustDefine(pipeline.Spec[notes, deleteIn, noteOut]{
 			Name: "delete_note", Description: "Deletes a note.", Destructive: true,
-			Preview: func(_ context.Context, op *pipeline.Op, in *deleteIn) (any, error) {
-				if notes(op.Tx).Get([]byte(in.ID)) == nil {
+			Preview: func(_ context.Context, op *pipeline.Op[notes], in *deleteIn) (any, error) {
+				if op.Store.Get([]byte(in.ID)) == nil {
 					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
 				}
 				return map[string]string{"deletes": "one note"}, nil
 			},
-			Run: func(_ context.Context, op *pipeline.Op, in *deleteIn) (*noteOut, error) {
-				b := notes(op.Tx)
+			Run: func(_ context.Context, op *pipeline.Op[notes], in *deleteIn) (*noteOut, error) {
+				b := op.Store
 				if b.Get([]byte(in.ID)) == nil {
 					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
 				}
@@ -132,10 +140,10 @@ func testTools() []*pipeline.Tool {
 				return out, b.Delete([]byte(in.ID))
 			},
 		}),
-		pipeline.MustDefine(pipeline.Spec[getIn, noteOut]{
+		pipeline.MustDefine(pipeline.Spec[notes, getIn, noteOut]{
 			Name: "get_note", Description: "Reads a note.", ReadOnly: true,
-			Run: func(_ context.Context, op *pipeline.Op, in *getIn) (*noteOut, error) {
-				v := notes(op.Tx).Get([]byte(in.ID))
+			Run: func(_ context.Context, op *pipeline.Op[notes], in *getIn) (*noteOut, error) {
+				v := op.Store.Get([]byte(in.ID))
 				if v == nil {
 					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
 				}
@@ -147,21 +155,47 @@ func testTools() []*pipeline.Tool {
 	}
 }
 
-// notes is the test tools' bucket in a call's transaction, written through
-// kv so that a failed call's changes roll back with it.
-func notes(tx pipeline.Tx) *kv.Bucket {
-	t, err := kv.Of(tx)
-	if err != nil {
-		panic(err)
+// wrapping is a storage whose transactions hand out the key store and the
+// audit log that keys and audit make of theirs (either may be nil): a
+// test's way to put a fault between the pipeline and a real store.
+type wrapping struct {
+	pipeline.Storage[notes]
+	keys  func(pipeline.Keys) pipeline.Keys
+	audit func(pipeline.Audit) pipeline.Audit
+}
+
+func (w wrapping) Update(ctx context.Context, fn func(pipeline.Tx[notes]) error) error {
+	return w.Storage.Update(ctx, func(tx pipeline.Tx[notes]) error { return fn(wrappedTx{tx, w}) })
+}
+
+func (w wrapping) View(ctx context.Context, fn func(pipeline.Tx[notes]) error) error {
+	return w.Storage.View(ctx, func(tx pipeline.Tx[notes]) error { return fn(wrappedTx{tx, w}) })
+}
+
+type wrappedTx struct {
+	pipeline.Tx[notes]
+	w wrapping
+}
+
+func (t wrappedTx) Keys() pipeline.Keys {
+	if t.w.keys != nil {
+		return t.w.keys(t.Tx.Keys())
 	}
-	return t.Bucket(notesBucket)
+	return t.Tx.Keys()
+}
+
+func (t wrappedTx) Audit() pipeline.Audit {
+	if t.w.audit != nil {
+		return t.w.audit(t.Tx.Audit())
+	}
+	return t.Tx.Audit()
 }
 
 // env is a pipeline on a real bbolt file in a temporary directory.
 type env struct {
 	t   testing.TB
 	db  *boltdb.DB
-	p   *pipeline.Pipeline
+	p   *pipeline.Pipeline[notes]
 	now time.Time
 	reg *prometheus.Registry
 
@@ -179,29 +213,29 @@ func MustEnv(t testing.TB, audit func(pipeline.Audit) pipeline.Audit) *env {
 // MustEnvWait is MustEnv with the given wait for a key in use.
 func MustEnvWait(t testing.TB, audit func(pipeline.Audit) pipeline.Audit, keyWait time.Duration) *env {
 	t.Helper()
-	return MustEnvConfig(t, func(c *pipeline.Config) {
+	return MustEnvConfig(t, func(c *pipeline.Config[notes]) {
 		if audit != nil {
-			c.Audit = audit(c.Audit)
+			c.Storage = wrapping{Storage: c.Storage, audit: audit}
 		}
 		c.KeyWait = keyWait
 	})
 }
 
 // MustEnvConfig is MustEnv with the pipeline's configuration changed by
-// configure, which may wrap the storage, key store or audit log of the
-// real bbolt backend.
-func MustEnvConfig(t testing.TB, configure func(*pipeline.Config)) *env {
+// configure, which may wrap the storage of the real bbolt backend (see
+// wrapping).
+func MustEnvConfig(t testing.TB, configure func(*pipeline.Config[notes])) *env {
 	t.Helper()
-	db, err := boltdb.Open(filepath.Join(t.TempDir(), "data"), func(tx any) error {
-		_, err := tx.(*bolt.Tx).CreateBucketIfNotExists(notesBucket)
+	db, err := boltdb.Open(filepath.Join(t.TempDir(), "data"), func(tx *kv.Tx) error {
+		_, err := tx.Bolt().CreateBucketIfNotExists(notesBucket)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, db: db, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), reg: prometheus.NewRegistry()}
-	cfg := pipeline.Config{
-		Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{},
+	cfg := pipeline.Config[notes]{
+		Storage: boltdb.NewStorage(db, bindNotes),
 		KeyWait: 2 * time.Second,
 		Metrics: metrics.New(e.reg),
 		Now:     func() time.Time { return e.now },
@@ -242,7 +276,7 @@ func (e *env) events() []*auditlog.Event {
 	e.t.Helper()
 	var evs []*auditlog.Event
 	e.view(func(tx *bolt.Tx) error {
-		return auditlog.Bolt{}.ForEach(tx, func(ev *auditlog.Event) error {
+		return auditlog.Bolt{}.ForEach(kv.Wrap(tx), func(ev *auditlog.Event) error {
 			evs = append(evs, ev)
 			return nil
 		})
@@ -255,7 +289,7 @@ func (e *env) record(principal, key string) *idempotency.Record {
 	var r *idempotency.Record
 	e.view(func(tx *bolt.Tx) error {
 		var err error
-		r, err = idempotency.Bolt{}.Get(tx, principal, key)
+		r, err = idempotency.Bolt{}.Get(kv.Wrap(tx), principal, key)
 		return err
 	})
 	return r

@@ -35,7 +35,7 @@ const maxSafeInteger = 1<<53 - 1
 // writes them as Go decodes integers. Every error is an *Error whose
 // message names the argument by JSON Pointer and the rule it broke, and
 // never a value the caller sent.
-func (t *Tool) parse(args []byte, lim Limits) (in any, canonical digest.Args, err error) {
+func (t *ToolInfo) parse(args []byte, lim Limits) (in any, canonical digest.Args, err error) {
 	if canonical, err = t.check(args, lim); err != nil {
 		return nil, canonical, err
 	}
@@ -70,7 +70,7 @@ func validateError(err error) *Error {
 // beyond the limit, numbers not finite, integers beyond ±(2^53−1), numbers
 // that underflow to zero, anything but one object or anything after it.
 // Memory grows only with the (already bounded) input.
-func (t *Tool) check(args []byte, lim Limits) (digest.Args, error) {
+func (t *ToolInfo) check(args []byte, lim Limits) (digest.Args, error) {
 	if len(args) > lim.MaxBytes {
 		return digest.Args{}, rejection(InputTooLarge, "max_bytes", "The arguments are larger than %d bytes.", lim.MaxBytes)
 	}
@@ -222,7 +222,7 @@ func isZeroMantissa(raw string) bool {
 
 // parseError turns a refusal of the parse into a fixed sentence: the
 // argument, named by at, and the rule.
-func (t *Tool) parseError(err error) *Error {
+func (t *ToolInfo) parseError(err error) *Error {
 	var de *digest.Error
 	if !errors.As(err, &de) {
 		return Wrap(Internal, err, InternalMessage)
@@ -256,7 +256,7 @@ func (t *Tool) parseError(err error) *Error {
 // at names an argument for a message by its JSON Pointer, cut before the
 // first segment that is neither a member name the schema defines nor an
 // array index: names the caller made up are not echoed.
-func (t *Tool) at(ptr string) string {
+func (t *ToolInfo) at(ptr string) string {
 	var kept []string
 	if ptr != "" {
 		for seg := range strings.SplitSeq(ptr[1:], "/") {
@@ -296,7 +296,7 @@ func pointer(loc []string) string {
 // size limit first (INPUT_TOO_LARGE belongs to stage 2), then an unknown
 // member (a misspelt name would otherwise read as a missing one), then the
 // rest in document order.
-func (t *Tool) schemaError(errs []schemaErr) *Error {
+func (t *ToolInfo) schemaError(errs []schemaErr) *Error {
 	if len(errs) == 0 {
 		return rejection(InvalidInput, "schema", "The arguments do not match the tool's input schema.")
 	}
@@ -327,7 +327,7 @@ func (e *schemaErr) tooLarge() bool {
 
 // ruleError is the catalogue of schema messages. Each names the rule and the
 // schema's own limit; none quotes the instance.
-func (t *Tool) ruleError(e schemaErr) *Error {
+func (t *ToolInfo) ruleError(e schemaErr) *Error {
 	at := t.at(e.at)
 	switch e.rule {
 	case "additionalProperties":

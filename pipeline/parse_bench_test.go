@@ -47,9 +47,19 @@ func createRecordArgs(size int) []byte {
 	}
 }
 
-func builtinTool(tb testing.TB, name string) *pipeline.Tool {
+// builtinInfos returns the built-in tools as clients see them, with their
+// strict parse.
+func builtinInfos() []*pipeline.ToolInfo {
+	var ts []*pipeline.ToolInfo
+	for _, t := range handlers.Tools() {
+		ts = append(ts, t.ToolInfo)
+	}
+	return ts
+}
+
+func builtinTool(tb testing.TB, name string) *pipeline.ToolInfo {
 	tb.Helper()
-	for _, t := range handlers.Tools(nil) {
+	for _, t := range builtinInfos() {
 		if t.Name == name {
 			return t
 		}

@@ -28,9 +28,9 @@ type fuzzOut struct {
 // that echoes no input; an accepted input is one valid JSON object without
 // duplicate members, within the limits, whose request digest exists.
 func FuzzParse(f *testing.F) {
-	tool := MustDefine(Spec[fuzzIn, fuzzOut]{
+	tool := MustDefine(Spec[any, fuzzIn, fuzzOut]{
 		Name: "fuzz",
-		Run:  func(_ context.Context, _ *Op, _ *fuzzIn) (*fuzzOut, error) { return &fuzzOut{}, nil },
+		Run:  func(_ context.Context, _ *Op[any], _ *fuzzIn) (*fuzzOut, error) { return &fuzzOut{}, nil },
 	})
 	lim := Limits{MaxBytes: 4 << 10, MaxDepth: 4}
 	for _, s := range []string{

@@ -24,11 +24,11 @@ import (
 
 // referenceSchemas caches each tool's input schema compiled for the
 // reference validator.
-var referenceSchemas sync.Map // *Tool → *validator.Schema
+var referenceSchemas sync.Map // *ToolInfo → *validator.Schema
 
 // referenceCheck is check as the reference decides it: the limits, the
 // token scan, then the reference validator; nil if it accepts.
-func (t *Tool) referenceCheck(args []byte, lim Limits) error {
+func (t *ToolInfo) referenceCheck(args []byte, lim Limits) error {
 	s, ok := referenceSchemas.Load(t)
 	if !ok {
 		compiled, err := compileReference(t.Name+".input.json", t.InputSchema)
@@ -59,7 +59,7 @@ func (t *Tool) referenceCheck(args []byte, lim Limits) error {
 // and UTF-8, no lone surrogates, no duplicate members, nesting depth, finite
 // numbers within ±(2^53−1) for integers, one object and nothing after it.
 // Memory grows only with the (already bounded) input.
-func (t *Tool) refScan(args []byte, lim Limits) (map[string]any, error) {
+func (t *ToolInfo) refScan(args []byte, lim Limits) (map[string]any, error) {
 	d := jsontext.NewDecoder(bytes.NewReader(args))
 	tok, err := d.ReadToken()
 	if err != nil {
@@ -78,7 +78,7 @@ func (t *Tool) refScan(args []byte, lim Limits) (map[string]any, error) {
 	return v.(map[string]any), nil
 }
 
-func (t *Tool) refScanValue(d *jsontext.Decoder, tok jsontext.Token, lim Limits) (any, error) {
+func (t *ToolInfo) refScanValue(d *jsontext.Decoder, tok jsontext.Token, lim Limits) (any, error) {
 	switch tok.Kind() {
 	case '{', '[':
 		if d.StackDepth() > lim.MaxDepth {
@@ -154,7 +154,7 @@ func refCheckNumber(raw string) error {
 
 // syntaxError turns a jsontext error into a fixed sentence. The library's
 // own text quotes the input, so it is never passed on.
-func (t *Tool) refSyntaxError(d *jsontext.Decoder, err error) *Error {
+func (t *ToolInfo) refSyntaxError(d *jsontext.Decoder, err error) *Error {
 	var se *jsontext.SyntacticError
 	if !errors.As(err, &se) {
 		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -181,7 +181,7 @@ func (t *Tool) refSyntaxError(d *jsontext.Decoder, err error) *Error {
 // limit first (INPUT_TOO_LARGE belongs to stage 2), then an unknown member
 // (a misspelt name would otherwise read as a missing one), then the rest in
 // document order.
-func (t *Tool) refSchemaError(ve *validator.ValidationError) *Error {
+func (t *ToolInfo) refSchemaError(ve *validator.ValidationError) *Error {
 	var leaves []*validator.ValidationError
 	var walk func(*validator.ValidationError)
 	walk = func(e *validator.ValidationError) {
@@ -226,7 +226,7 @@ func refRank(k validator.ErrorKind) int {
 
 // ruleError is the catalogue of schema messages. Each names the rule and the
 // schema's own limit; none quotes the instance.
-func (t *Tool) refRuleError(e *validator.ValidationError) *Error {
+func (t *ToolInfo) refRuleError(e *validator.ValidationError) *Error {
 	at := t.at(pointer(e.InstanceLocation))
 	switch k := e.ErrorKind.(type) {
 	case *kind.AdditionalProperties:

@@ -16,12 +16,10 @@ import (
 	"github.com/writerd/writerd/metrics"
 )
 
-// Config wires a Pipeline to its storage. Storage, Keys and Audit must be of
-// one backend: they share its transactions.
-type Config struct {
-	Storage Storage
-	Keys    Keys
-	Audit   Audit
+// Config wires a Pipeline to its storage, whose transactions hand out the
+// key store, the audit log and the domain store D.
+type Config[D any] struct {
+	Storage Storage[D]
 
 	Limits Limits // zero: DefaultLimits
 	// KeyTTL is how long an idempotency record holds its key (default 24h).
@@ -45,22 +43,36 @@ const (
 	collectStep         = 1000 // records examined per collection transaction
 )
 
-// Pipeline runs every call through the stages of docs/DESIGN.md section 1. It is
-// safe for concurrent use.
-type Pipeline struct {
-	cfg   Config
+// Service is what a transport needs of a pipeline: the tools to list and
+// the one call path. *Pipeline[D] is one, whatever its D.
+type Service interface {
+	// Call runs a call through every stage; see Pipeline.Call.
+	Call(ctx context.Context, c Caller, tool string, args []byte) *Result
+	// Tools returns the registered tools sorted by name.
+	Tools() []*ToolInfo
+	// Tool returns the registered tool of this name, or nil.
+	Tool(name string) *ToolInfo
+}
+
+// Pipeline runs every call through the stages of docs/DESIGN.md section 1,
+// for tools whose handlers work on the domain store D. It is safe for
+// concurrent use.
+type Pipeline[D any] struct {
+	cfg   Config[D]
 	log   *slog.Logger
 	locks idempotency.Locks
 
 	mu    sync.RWMutex
-	tools map[string]*Tool
+	tools map[string]*Tool[D]
 
 	clockMu sync.Mutex
 	last    time.Time // the latest time now gave
 }
 
+var _ Service = (*Pipeline[any])(nil)
+
 // New returns a Pipeline with no tools registered.
-func New(cfg Config) *Pipeline {
+func New[D any](cfg Config[D]) *Pipeline[D] {
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits
 	}
@@ -79,11 +91,11 @@ func New(cfg Config) *Pipeline {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Pipeline{cfg: cfg, log: cfg.Logger, tools: make(map[string]*Tool)}
+	return &Pipeline[D]{cfg: cfg, log: cfg.Logger, tools: make(map[string]*Tool[D])}
 }
 
 // Register adds tools. A name may be registered once.
-func (p *Pipeline) Register(ts ...*Tool) error {
+func (p *Pipeline[D]) Register(ts ...*Tool[D]) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, t := range ts {
@@ -96,19 +108,26 @@ func (p *Pipeline) Register(ts ...*Tool) error {
 }
 
 // Tool returns the registered tool of this name, or nil.
-func (p *Pipeline) Tool(name string) *Tool {
+func (p *Pipeline[D]) Tool(name string) *ToolInfo {
+	if t := p.tool(name); t != nil {
+		return t.ToolInfo
+	}
+	return nil
+}
+
+func (p *Pipeline[D]) tool(name string) *Tool[D] {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.tools[name]
 }
 
 // Tools returns the registered tools sorted by name.
-func (p *Pipeline) Tools() []*Tool {
+func (p *Pipeline[D]) Tools() []*ToolInfo {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	ts := make([]*Tool, 0, len(p.tools))
+	ts := make([]*ToolInfo, 0, len(p.tools))
 	for _, t := range p.tools {
-		ts = append(ts, t)
+		ts = append(ts, t.ToolInfo)
 	}
 	sortTools(ts)
 	return ts
@@ -119,12 +138,12 @@ func (p *Pipeline) Tools() []*Tool {
 // bytes. It never panics and never returns nil, whatever a tool or a store
 // does: a panic outside the recovered write becomes the fixed INTERNAL
 // error with retry same_key, since nothing is known to be recorded.
-func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte) (res *Result) {
+func (p *Pipeline[D]) Call(ctx context.Context, c Caller, tool string, args []byte) (res *Result) {
 	start := time.Now()
 	if RequestID(ctx) == "" {
 		ctx = WithRequestID(ctx, ulid.Make().String())
 	}
-	var t *Tool
+	var t *Tool[D]
 	defer func() {
 		if r := recover(); r != nil {
 			res = p.reject(ctx, Wrap(Internal, panicError(r), InternalMessage))
@@ -132,8 +151,12 @@ func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte)
 		if res == nil {
 			res = p.reject(ctx, Wrap(Internal, errors.New("pipeline: call returned no result"), InternalMessage))
 		}
-		p.logResult(p.callLog(ctx, c, t), res, start)
-		p.count(t, res, start)
+		var info *ToolInfo
+		if t != nil {
+			info = t.ToolInfo
+		}
+		p.logResult(p.callLog(ctx, c, info), res, start)
+		p.count(info, res, start)
 	}()
 
 	t, err := p.authorize(c, tool)
@@ -163,7 +186,7 @@ func (p *Pipeline) Call(ctx context.Context, c Caller, tool string, args []byte)
 
 // callLog is the logger of one call. The tool is named only if it is
 // registered: an unknown name is the caller's text.
-func (p *Pipeline) callLog(ctx context.Context, c Caller, t *Tool) *slog.Logger {
+func (p *Pipeline[D]) callLog(ctx context.Context, c Caller, t *ToolInfo) *slog.Logger {
 	tool := "unknown"
 	if t != nil {
 		tool = t.Name
@@ -176,11 +199,11 @@ func (p *Pipeline) callLog(ctx context.Context, c Caller, t *Tool) *slog.Logger 
 // confirmed delete resent without "confirm" replays instead of previewing.
 // It reads in a read transaction; a key with no live record returns nil,
 // and the write looks it up again inside its own transaction.
-func (p *Pipeline) lookup(ctx context.Context, c Caller, key, digest string) *Result {
+func (p *Pipeline[D]) lookup(ctx context.Context, c Caller, key, digest string) *Result {
 	var rec *idempotency.Record
-	err := p.cfg.Storage.View(ctx, func(tx Tx) error {
+	err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
 		var err error
-		rec, err = p.cfg.Keys.Get(tx, c.Principal, key)
+		rec, err = tx.Keys().Get(c.Principal, key)
 		return err
 	})
 	if err != nil {
@@ -197,7 +220,7 @@ func (p *Pipeline) lookup(ctx context.Context, c Caller, key, digest string) *Re
 // gave before. Writes take their time inside their transaction, so that
 // audit times follow the order of commits even if the wall clock steps
 // back.
-func (p *Pipeline) now() time.Time {
+func (p *Pipeline[D]) now() time.Time {
 	t := p.cfg.Now()
 	p.clockMu.Lock()
 	defer p.clockMu.Unlock()
@@ -210,8 +233,8 @@ func (p *Pipeline) now() time.Time {
 
 // authorize is stage 1. It returns the tool whenever it exists, a denied
 // call's too, so that the call counts under its tool.
-func (p *Pipeline) authorize(c Caller, name string) (*Tool, error) {
-	t := p.Tool(name)
+func (p *Pipeline[D]) authorize(c Caller, name string) (*Tool[D], error) {
+	t := p.tool(name)
 	if t == nil {
 		return nil, Errorf(NotFound, "There is no tool of this name.")
 	}
@@ -228,14 +251,14 @@ func (p *Pipeline) authorize(c Caller, name string) (*Tool, error) {
 // confirm is stage 6: an unconfirmed destructive call answers with a
 // preview of what it would do, read in a read-only transaction; or, if the
 // confirmed call would be refused, with that refusal.
-func (p *Pipeline) confirm(ctx context.Context, c Caller, t *Tool, in any) error {
+func (p *Pipeline[D]) confirm(ctx context.Context, c Caller, t *Tool[D], in any) error {
 	if !t.Destructive || in.(confirmable).confirmed() {
 		return nil
 	}
-	op := &Op{Caller: c}
+	op := &Op[D]{Caller: c}
 	var preview any
-	err := p.cfg.Storage.View(ctx, func(tx Tx) error {
-		op.Tx, op.Now = tx, p.now()
+	err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
+		op.Store, op.Now = tx.Domain(), p.now()
 		var err error
 		preview, err = callSafely(func() (any, error) { return t.preview(ctx, op, in) })
 		return err
@@ -249,11 +272,11 @@ func (p *Pipeline) confirm(ctx context.Context, c Caller, t *Tool, in any) error
 }
 
 // read runs a read tool: no key, no audit event, a read-only transaction.
-func (p *Pipeline) read(ctx context.Context, c Caller, t *Tool, in any) *Result {
-	op := &Op{Caller: c}
+func (p *Pipeline[D]) read(ctx context.Context, c Caller, t *Tool[D], in any) *Result {
+	op := &Op[D]{Caller: c}
 	var out []byte
-	err := p.cfg.Storage.View(ctx, func(tx Tx) error {
-		op.Tx, op.Now = tx, p.now()
+	err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
+		op.Store, op.Now = tx.Domain(), p.now()
 		var err error
 		out, err = p.dispatch(ctx, t, op, in)
 		return err
@@ -265,7 +288,7 @@ func (p *Pipeline) read(ctx context.Context, c Caller, t *Tool, in any) *Result 
 	return &Result{RequestID: RequestID(ctx), Outcome: OutcomeOK, Output: out}
 }
 
-func (p *Pipeline) reject(ctx context.Context, err error) *Result {
+func (p *Pipeline[D]) reject(ctx context.Context, err error) *Result {
 	e := Public(err)
 	o := OutcomeRejected
 	if e.Code == Internal || e.Code == Unavailable {
@@ -276,7 +299,7 @@ func (p *Pipeline) reject(ctx context.Context, err error) *Result {
 
 // logResult writes the one log line of a call, with the private cause of an
 // error. Argument values are never logged.
-func (p *Pipeline) logResult(log *slog.Logger, res *Result, start time.Time) {
+func (p *Pipeline[D]) logResult(log *slog.Logger, res *Result, start time.Time) {
 	attrs := []any{"outcome", res.Outcome, "duration_ms", msSince(start)}
 	if res.AuditID != "" {
 		attrs = append(attrs, "audit_id", res.AuditID)
@@ -298,7 +321,7 @@ func (p *Pipeline) logResult(log *slog.Logger, res *Result, start time.Time) {
 
 // count records a finished call in the metrics. A call for no registered
 // tool (t nil) counts as "unknown", so that the tool label stays bounded.
-func (p *Pipeline) count(t *Tool, res *Result, start time.Time) {
+func (p *Pipeline[D]) count(t *ToolInfo, res *Result, start time.Time) {
 	tool := "unknown"
 	if t != nil {
 		tool = t.Name

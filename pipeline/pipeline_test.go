@@ -148,11 +148,11 @@ func TestCall_InternalLeaksNothing(t *testing.T) {
 // failFailures is a storage fault: the audit log cannot append a failure.
 type failFailures struct{ pipeline.Audit }
 
-func (f failFailures) Append(tx pipeline.Tx, e *auditlog.Event) error {
+func (f failFailures) Append(e *auditlog.Event) error {
 	if e.Outcome == auditlog.Failed {
 		return errors.New("disk gone at /secret/path")
 	}
-	return f.Audit.Append(tx, e)
+	return f.Audit.Append(e)
 }
 
 // Ensure that when even the failure receipt cannot be saved, the client

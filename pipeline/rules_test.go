@@ -37,7 +37,7 @@ func TestCall_OutputSchemaEnforced(t *testing.T) {
 // any collection, the key is new again and the call runs.
 func TestCall_KeyTTLEdges(t *testing.T) {
 	const ttl = 90 * time.Minute
-	e := MustEnvConfig(t, func(c *pipeline.Config) { c.KeyTTL = ttl })
+	e := MustEnvConfig(t, func(c *pipeline.Config[notes]) { c.KeyTTL = ttl })
 	start := e.now
 	mustOK(t, e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`))
 	rec := e.record("alice", "k-00000001")
@@ -90,7 +90,7 @@ func TestPublic_InternalMessageFixed(t *testing.T) {
 // the limit are accepted, one more is refused with INPUT_TOO_LARGE.
 func TestCall_LimitEdges(t *testing.T) {
 	lim := pipeline.Limits{MaxBytes: 120, MaxDepth: 2}
-	e := MustEnvConfig(t, func(c *pipeline.Config) { c.Limits = lim })
+	e := MustEnvConfig(t, func(c *pipeline.Config[notes]) { c.Limits = lim })
 	pad := func(args string, size int) string {
 		return args[:len(args)-1] + strings.Repeat(" ", size-len(args)) + "}"
 	}
@@ -159,9 +159,9 @@ func (modeIn) JSONSchemaExtend(s *jsonschema.Schema) {
 // allow.
 func TestCall_NotAndFalseSchemas(t *testing.T) {
 	e := MustEnv(t, nil)
-	tool := pipeline.MustDefine(pipeline.Spec[modeIn, noteOut]{
+	tool := pipeline.MustDefine(pipeline.Spec[notes, modeIn, noteOut]{
 		Name: "set_mode", Description: "Sets a mode.",
-		Run: func(context.Context, *pipeline.Op, *modeIn) (*noteOut, error) { return &noteOut{}, nil },
+		Run: func(context.Context, *pipeline.Op[notes], *modeIn) (*noteOut, error) { return &noteOut{}, nil },
 	})
 	if err := e.p.Register(tool); err != nil {
 		t.Fatal(err)
@@ -196,9 +196,9 @@ func TestDefine_IntegersAdvertiseSafeBounds(t *testing.T) {
 		N int64 `json:"n" jsonschema_description:"Any integer."`
 		M int   `json:"m,omitempty" jsonschema:"minimum=1,maximum=5" jsonschema_description:"A small one."`
 	}
-	tool := pipeline.MustDefine(pipeline.Spec[in, noteOut]{
+	tool := pipeline.MustDefine(pipeline.Spec[notes, in, noteOut]{
 		Name: "count", Description: "Counts.",
-		Run: func(context.Context, *pipeline.Op, *in) (*noteOut, error) { return &noteOut{}, nil },
+		Run: func(context.Context, *pipeline.Op[notes], *in) (*noteOut, error) { return &noteOut{}, nil },
 	})
 	var schema struct {
 		Properties map[string]struct {

@@ -52,8 +52,9 @@ type Validator interface{ Validate() error }
 
 // Spec describes a tool: its name, its kind and its handler. In and Out are
 // the Go types its input and output schemas are generated from; the input
-// schema is the one the strict parse enforces and tools/list advertises.
-type Spec[In, Out any] struct {
+// schema is the one the strict parse enforces and tools/list advertises. D
+// is the domain store the handler works on (op.Store).
+type Spec[D, In, Out any] struct {
 	Name        string
 	Title       string
 	Description string
@@ -71,16 +72,25 @@ type Spec[In, Out any] struct {
 	// Run is the handler. It returns the result, or an *Error with one of
 	// the codes a handler may return (NOT_FOUND, REVISION_CONFLICT,
 	// ALREADY_EXISTS, RECORD_LOCKED, PROJECT_NOT_EMPTY); any other error,
-	// and any panic, becomes INTERNAL. Its changes through op.Tx commit only
-	// if it succeeds.
-	Run func(ctx context.Context, op *Op, in *In) (*Out, error)
+	// and any panic, becomes INTERNAL. Its changes through op.Store commit
+	// only if it succeeds.
+	Run func(ctx context.Context, op *Op[D], in *In) (*Out, error)
 	// Preview describes what an unconfirmed destructive call would do. It
 	// runs in a read transaction.
-	Preview func(ctx context.Context, op *Op, in *In) (any, error)
+	Preview func(ctx context.Context, op *Op[D], in *In) (any, error)
 }
 
-// Tool is a defined tool, ready to register.
-type Tool struct {
+// Tool is a defined tool, ready to register with a Pipeline[D]: what a
+// client sees of it, and its handler.
+type Tool[D any] struct {
+	*ToolInfo
+	run     func(ctx context.Context, op *Op[D], in any) (any, error)
+	preview func(ctx context.Context, op *Op[D], in any) (any, error)
+}
+
+// ToolInfo is what a client sees of a tool (its name, kind and schemas),
+// with the strict parse of its arguments.
+type ToolInfo struct {
 	Name        string
 	Title       string
 	Description string
@@ -97,18 +107,16 @@ type Tool struct {
 	result   *schema           // the output schema, for checkResult
 	names    map[string]bool   // every member name the input schema defines
 	newInput func() any
-	run      func(ctx context.Context, op *Op, in any) (any, error)
-	preview  func(ctx context.Context, op *Op, in any) (any, error)
 }
 
 // Additive reports whether the tool only adds (a create): a write that
 // neither deletes nor overwrites.
-func (t *Tool) Additive() bool { return !t.ReadOnly && !t.Destructive && !t.Overwrites }
+func (t *ToolInfo) Additive() bool { return !t.ReadOnly && !t.Destructive && !t.Overwrites }
 
 // Define builds a Tool from a Spec: it generates and compiles the schemas and
 // checks that the types fit the tool's kind. It returns an error for a spec
 // that could let unbounded or unparsed input through.
-func Define[In, Out any](s Spec[In, Out]) (*Tool, error) {
+func Define[D, In, Out any](s Spec[D, In, Out]) (*Tool[D], error) {
 	if s.Name == "" || s.Run == nil {
 		return nil, fmt.Errorf("pipeline: tool %q: a name and a Run are required", s.Name)
 	}
@@ -124,11 +132,13 @@ func Define[In, Out any](s Spec[In, Out]) (*Tool, error) {
 	case s.Destructive && (s.ReadOnly || !isConfirmable || s.Preview == nil):
 		return nil, fmt.Errorf("pipeline: tool %s: a destructive tool is a write tool that embeds pipeline.Confirm and has a Preview", s.Name)
 	}
-	t := &Tool{
-		Name: s.Name, Title: s.Title, Description: s.Description,
-		ReadOnly: s.ReadOnly, Destructive: s.Destructive, Overwrites: s.Overwrites,
-		newInput: func() any { return new(In) },
-		run: func(ctx context.Context, op *Op, in any) (any, error) {
+	t := &Tool[D]{
+		ToolInfo: &ToolInfo{
+			Name: s.Name, Title: s.Title, Description: s.Description,
+			ReadOnly: s.ReadOnly, Destructive: s.Destructive, Overwrites: s.Overwrites,
+			newInput: func() any { return new(In) },
+		},
+		run: func(ctx context.Context, op *Op[D], in any) (any, error) {
 			out, err := s.Run(ctx, op, in.(*In))
 			if err != nil {
 				return nil, err
@@ -140,7 +150,7 @@ func Define[In, Out any](s Spec[In, Out]) (*Tool, error) {
 		},
 	}
 	if s.Preview != nil {
-		t.preview = func(ctx context.Context, op *Op, in any) (any, error) { return s.Preview(ctx, op, in.(*In)) }
+		t.preview = func(ctx context.Context, op *Op[D], in any) (any, error) { return s.Preview(ctx, op, in.(*In)) }
 	}
 	var err error
 	if t.InputSchema, err = generateSchema[In](); err != nil {
@@ -168,7 +178,7 @@ func Define[In, Out any](s Spec[In, Out]) (*Tool, error) {
 }
 
 // MustDefine is Define for tools defined at start-up: it panics on error.
-func MustDefine[In, Out any](s Spec[In, Out]) *Tool {
+func MustDefine[D, In, Out any](s Spec[D, In, Out]) *Tool[D] {
 	t, err := Define(s)
 	if err != nil {
 		panic(err)
@@ -331,7 +341,7 @@ func collectNames(s map[string]any, into map[string]bool) {
 // decode unmarshals checked arguments into the tool's input type. The
 // strict parse has already enforced the schema; decoding is strict too, so
 // that the Go value can hold nothing the schema did not allow.
-func (t *Tool) decode(args []byte) (any, error) {
+func (t *ToolInfo) decode(args []byte) (any, error) {
 	in := t.newInput()
 	if err := jsonv2.Unmarshal(args, in, jsonv2.RejectUnknownMembers(true)); err != nil {
 		return nil, err
@@ -340,14 +350,15 @@ func (t *Tool) decode(args []byte) (any, error) {
 }
 
 // sortTools sorts tools by name, for stable listings.
-func sortTools(ts []*Tool) {
-	slices.SortFunc(ts, func(a, b *Tool) int { return strings.Compare(a.Name, b.Name) })
+func sortTools(ts []*ToolInfo) {
+	slices.SortFunc(ts, func(a, b *ToolInfo) int { return strings.Compare(a.Name, b.Name) })
 }
 
-// Op is what a handler works with: the transaction its change joins, the
-// time of the call and who made it. One Op serves one call.
-type Op struct {
-	Tx     Tx
+// Op is what a handler works with: the domain store, bound to the
+// transaction its change joins, the time of the call and who made it. One
+// Op serves one call.
+type Op[D any] struct {
+	Store  D
 	Now    time.Time
 	Caller Caller
 
@@ -355,13 +366,13 @@ type Op struct {
 }
 
 // NewID returns a new ULID for an entity the handler creates.
-func (op *Op) NewID() string {
+func (op *Op[D]) NewID() string {
 	return ulid.MustNew(ulid.Timestamp(op.Now), ulid.DefaultEntropy()).String()
 }
 
 // Touch records an entity the write touched, for its audit event. Handlers
 // call it for each entity they create, change or delete, and for the entity
 // a refusal is about.
-func (op *Op) Touch(kind, id string, revision int64) {
+func (op *Op[D]) Touch(kind, id string, revision int64) {
 	op.targets = append(op.targets, auditlog.Target{Kind: kind, ID: id, Revision: revision})
 }

@@ -358,7 +358,7 @@ type schemaErr struct {
 // with the strict parse's checker: the check of stage 9, at a fraction of
 // the reference validator's cost (BenchmarkCheckResult). It returns nil or
 // an error naming the rule and where, for the logs.
-func (t *Tool) checkResult(b []byte) error {
+func (t *ToolInfo) checkResult(b []byte) error {
 	tp := tapes.Get().(*tape)
 	defer tp.release()
 	tp.maxDepth = maxResultDepth

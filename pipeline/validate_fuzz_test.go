@@ -75,21 +75,21 @@ type diffItem struct {
 
 // diffTools are the tools the in-package differential fuzz test runs: the
 // built-in tools' shapes are fuzzed the same way from pipeline_test.
-func diffTools(tb testing.TB) []*Tool {
+func diffTools(tb testing.TB) []*ToolInfo {
 	tb.Helper()
-	run := func(context.Context, *Op, *diffIn) (*fuzzOut, error) { return &fuzzOut{}, nil }
-	return []*Tool{
-		MustDefine(Spec[diffIn, fuzzOut]{Name: "diff", Run: run}),
-		MustDefine(Spec[fuzzIn, fuzzOut]{
+	run := func(context.Context, *Op[any], *diffIn) (*fuzzOut, error) { return &fuzzOut{}, nil }
+	return []*ToolInfo{
+		MustDefine(Spec[any, diffIn, fuzzOut]{Name: "diff", Run: run}).ToolInfo,
+		MustDefine(Spec[any, fuzzIn, fuzzOut]{
 			Name: "fuzz",
-			Run:  func(_ context.Context, _ *Op, _ *fuzzIn) (*fuzzOut, error) { return &fuzzOut{}, nil },
-		}),
+			Run:  func(_ context.Context, _ *Op[any], _ *fuzzIn) (*fuzzOut, error) { return &fuzzOut{}, nil },
+		}).ToolInfo,
 	}
 }
 
 // agreeWithReference fails unless check and the reference validator agree
 // on args: both accept, or both refuse with the same code.
-func agreeWithReference(t *testing.T, tool *Tool, args []byte, lim Limits) {
+func agreeWithReference(t *testing.T, tool *ToolInfo, args []byte, lim Limits) {
 	t.Helper()
 	_, got := tool.check(args, lim)
 	want := tool.referenceCheck(args, lim)

@@ -43,9 +43,9 @@ func TestCompileSchema_RefusesUnenforcedKeywords(t *testing.T) {
 // Ensure Define refuses a tool whose input schema uses a keyword the
 // strict parse does not enforce.
 func TestDefine_RefusesUnenforcedKeyword(t *testing.T) {
-	_, err := Define(Spec[multipleIn, fuzzOut]{
+	_, err := Define(Spec[any, multipleIn, fuzzOut]{
 		Name: "multiple",
-		Run:  func(context.Context, *Op, *multipleIn) (*fuzzOut, error) { return &fuzzOut{}, nil },
+		Run:  func(context.Context, *Op[any], *multipleIn) (*fuzzOut, error) { return &fuzzOut{}, nil },
 	})
 	if err == nil || !strings.Contains(err.Error(), "multipleOf") {
 		t.Fatalf("Define = %v, want a refusal naming multipleOf", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/digest"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // source is where the audit commands read the log: a data directory that
@@ -163,17 +164,17 @@ func (l *localSource) Close() error {
 }
 
 // view runs fn in a read transaction, opening the database if idle.
-func (l *localSource) view(fn func(tx any) error) error {
+func (l *localSource) view(fn func(tx *kv.Tx) error) error {
 	if err := l.open(); err != nil {
 		return err
 	}
-	return l.db.Bolt().View(func(tx *bolt.Tx) error { return fn(tx) })
+	return l.db.Bolt().View(func(tx *bolt.Tx) error { return fn(kv.Wrap(tx)) })
 }
 
 var auditLog auditlog.Bolt
 
 func (l *localSource) List(_ context.Context, f auditlog.Filter, after uint64, limit int) (events []*auditlog.Event, next uint64, err error) {
-	err = l.view(func(tx any) error {
+	err = l.view(func(tx *kv.Tx) error {
 		events, next, err = auditLog.List(tx, f, after, limit)
 		return err
 	})
@@ -181,7 +182,7 @@ func (l *localSource) List(_ context.Context, f auditlog.Filter, after uint64, l
 }
 
 func (l *localSource) Size(context.Context) (size uint64, err error) {
-	err = l.view(func(tx any) error {
+	err = l.view(func(tx *kv.Tx) error {
 		size, err = auditLog.Size(tx)
 		return err
 	})
@@ -194,7 +195,7 @@ func (l *localSource) Event(_ context.Context, ref string) (*provenEvent, error)
 		return nil, errNoEvent
 	}
 	p := new(provenEvent)
-	err := l.view(func(tx any) error {
+	err := l.view(func(tx *kv.Tx) error {
 		var err error
 		if id != "" {
 			p.Event, err = auditLog.ByID(tx, id)
@@ -236,7 +237,7 @@ func (l *localSource) Event(_ context.Context, ref string) (*provenEvent, error)
 }
 
 func (l *localSource) Checkpoint(context.Context) (signed []byte, err error) {
-	err = l.view(func(tx any) error {
+	err = l.view(func(tx *kv.Tx) error {
 		_, signed, err = auditLog.LatestCheckpoint(tx)
 		if errors.Is(err, auditlog.ErrNotFound) {
 			return errNoCheckpoint
@@ -247,7 +248,7 @@ func (l *localSource) Checkpoint(context.Context) (signed []byte, err error) {
 }
 
 func (l *localSource) Checkpoints(context.Context) (all [][]byte, err error) {
-	err = l.view(func(tx any) error {
+	err = l.view(func(tx *kv.Tx) error {
 		all, err = auditLog.SignedCheckpoints(tx)
 		return err
 	})
@@ -259,12 +260,12 @@ func (l *localSource) Events(context.Context) (auditlog.Stream, error) {
 		return nil, err
 	}
 	return func(yield func(uint64, []byte, []byte) bool) error {
-		return l.view(func(tx any) error { return auditLog.Stream(tx)(yield) })
+		return l.view(func(tx *kv.Tx) error { return auditLog.Stream(tx)(yield) })
 	}, nil
 }
 
 func (l *localSource) Export(_ context.Context, from uint64, w io.Writer, vkey string) error {
-	return l.view(func(tx any) error {
+	return l.view(func(tx *kv.Tx) error {
 		size, _, err := auditLog.LatestCheckpoint(tx)
 		if errors.Is(err, auditlog.ErrNotFound) {
 			return errNoCheckpoint

@@ -16,6 +16,7 @@ import (
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // auditTokens are the tokens of a daemon that audit tests run: one that
@@ -140,7 +141,7 @@ type seeded struct {
 func mustSeedLog(t testing.TB, now time.Time, events []seeded, checkpointsAt ...uint64) string {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := boltdb.Open(dir, boltstore.Store{}.Init)
+	db, err := boltdb.Open(dir, boltstore.Init)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func mustSeedLog(t testing.TB, now time.Time, events []seeded, checkpointsAt ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(t.Context(), func(tx pipeline.Tx) error {
+	err = db.Update(t.Context(), func(tx *kv.Tx) error {
 		for i, s := range events {
 			e := &auditlog.Event{
 				Time: now.Add(-s.age), RequestID: fmt.Sprintf("req-%02d", i+1), Principal: s.principal,

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	encbin "encoding/binary"
-	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,7 +13,6 @@ import (
 	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -140,26 +138,14 @@ func boltBaseline(txn func(*bolt.DB) func(func(*bolt.Tx) error) error) func(stri
 // groupBaseline commits through writerd's group commit, boltdb.DB.Update,
 // each write's puts through the savepointed transaction its stores use.
 func groupBaseline(dir string) (func([]byte) error, func() tally, func() error, error) {
-	db, err := boltdb.Open(dir, func(tx any) error {
-		btx, ok := tx.(*bolt.Tx)
-		if !ok {
-			return errors.New("bench: the store's init takes no bbolt transaction")
-		}
-		return createBaseBuckets(btx)
-	})
+	db, err := boltdb.Open(dir, func(tx *kv.Tx) error { return createBaseBuckets(tx.Bolt()) })
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	var commits tallier
 	db.ObserveCommits(commits.observe)
 	write := func(key []byte) error {
-		return db.Update(context.Background(), func(tx pipeline.Tx) error {
-			t, err := kv.Of(tx)
-			if err != nil {
-				return err
-			}
-			return basePuts(t.Bucket, key)
-		})
+		return db.Update(context.Background(), func(tx *kv.Tx) error { return basePuts(tx.Bucket, key) })
 	}
 	return write, commits.load, db.Close, nil
 }

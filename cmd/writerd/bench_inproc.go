@@ -19,7 +19,6 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
@@ -193,7 +192,7 @@ func sampleHeap() func() uint64 {
 }
 
 // inprocCaller calls the pipeline as a Go program embedding it does.
-type inprocCaller struct{ p *pipeline.Pipeline }
+type inprocCaller struct{ p pipeline.Service }
 
 var benchCaller = pipeline.Caller{Principal: "bench", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}
 
@@ -215,7 +214,7 @@ func (c *inprocCaller) call(ctx context.Context, _ int, tool, key, rest string, 
 type benchPipeline struct {
 	dir   string
 	store *boltdb.Pending
-	p     *pipeline.Pipeline
+	p     *pipeline.Pipeline[handlers.Store]
 
 	stop       context.CancelFunc
 	background sync.WaitGroup
@@ -224,7 +223,7 @@ type benchPipeline struct {
 }
 
 func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) {
-	store, err := boltdb.OpenPending(ctx, dir, boltstore.Store{}.Init)
+	store, err := boltdb.OpenPending(ctx, dir, boltstore.Init)
 	if err != nil {
 		return nil, fmt.Errorf("the store cannot be opened: %w", err)
 	}
@@ -245,8 +244,8 @@ func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) 
 		m.Commit(d, writes)
 		s.commits.observe(d, writes)
 	})
-	s.p = pipeline.New(pipeline.Config{Storage: store, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}, Logger: log, Metrics: m})
-	if err := s.p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+	s.p = pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(store, boltstore.Bind), Logger: log, Metrics: m})
+	if err := s.p.Register(handlers.Tools()...); err != nil {
 		store.Close()
 		return nil, err
 	}

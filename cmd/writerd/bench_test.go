@@ -16,10 +16,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 )
@@ -42,13 +40,13 @@ func BenchmarkWrites(b *testing.B) {
 
 	b.Run("inproc", func(b *testing.B) {
 		prefix := fmt.Sprintf("inproc%d", run.Add(1))
-		db, err := boltdb.Open(b.TempDir(), boltstore.Store{}.Init)
+		db, err := boltdb.Open(b.TempDir(), boltstore.Init)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer db.Close()
-		p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}})
-		if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+		p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind)})
+		if err := p.Register(handlers.Tools()...); err != nil {
 			b.Fatal(err)
 		}
 		caller := pipeline.Caller{Principal: "bench", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers/boltstore"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Ensure a kill -9 while 8 clients write loses no acknowledged write: after
@@ -73,7 +74,7 @@ func TestCrash_KillWhileWriting(t *testing.T) {
 	}
 	s.view(func(tx *bolt.Tx) error {
 		for _, a := range acked {
-			if _, err := (boltstore.Store{}).Project(tx, a.id); err != nil {
+			if _, err := boltstore.Bind(kv.Wrap(tx)).Project(a.id); err != nil {
 				t.Errorf("acknowledged project %s of %s is gone: %v", a.id, a.key, err)
 			}
 			if e := okEvents[a.auditID]; e == nil || e.IdempotencyKey != a.key || e.Targets[0].ID != a.id {
@@ -82,7 +83,7 @@ func TestCrash_KillWhileWriting(t *testing.T) {
 		}
 		// Every event's write is there, and every write has its event.
 		for _, e := range okEvents {
-			if _, err := (boltstore.Store{}).Project(tx, e.Targets[0].ID); err != nil {
+			if _, err := boltstore.Bind(kv.Wrap(tx)).Project(e.Targets[0].ID); err != nil {
 				t.Errorf("audit event %d names project %s, which does not exist", e.Seq, e.Targets[0].ID)
 			}
 		}

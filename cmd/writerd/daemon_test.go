@@ -22,6 +22,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -266,7 +267,7 @@ func (s *store) count(bucket string) int {
 func (s *store) events() []*auditlog.Event {
 	var evs []*auditlog.Event
 	s.view(func(tx *bolt.Tx) error {
-		return auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
+		return auditlog.Bolt{}.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
 			evs = append(evs, e)
 			return nil
 		})
@@ -288,7 +289,7 @@ func (s *store) record(principal, key string) *idempotency.Record {
 	var r *idempotency.Record
 	s.view(func(tx *bolt.Tx) error {
 		var err error
-		r, err = idempotency.Bolt{}.Get(tx, principal, key)
+		r, err = idempotency.Bolt{}.Get(kv.Wrap(tx), principal, key)
 		return err
 	})
 	return r

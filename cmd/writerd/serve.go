@@ -22,19 +22,19 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Hooks for the writerd_testtools build (testtools.go), which the end-to-end
 // tests use to make a handler panic or a save fail; nil in a release build.
 var (
-	extraTools func() []*pipeline.Tool
-	wrapAudit  func(pipeline.Audit) pipeline.Audit
+	extraTools  func() []*pipeline.Tool[handlers.Store]
+	wrapStorage func(pipeline.Storage[handlers.Store]) pipeline.Storage[handlers.Store]
 )
 
 // ServeCommand serves the tools.
@@ -240,7 +240,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	// A held store is served as UNAVAILABLE until it opens; any other
 	// failure to open (a damaged file, a directory that cannot be made)
 	// ends start-up with one sentence, without a path.
-	store, err := boltdb.OpenPending(ctx, c.dataDir, boltstore.Store{}.Init)
+	store, err := boltdb.OpenPending(ctx, c.dataDir, boltstore.Init)
 	if errors.Is(err, boltdb.ErrDamaged) {
 		return errors.New(err.Error() + "; run writerd check --data DIR to list the damage")
 	}
@@ -256,17 +256,17 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	metrics.RegisterProcess(reg, version(), runtime.Version())
-	var audit pipeline.Audit = auditlog.Bolt{}
-	if wrapAudit != nil {
-		audit = wrapAudit(audit)
+	var storage pipeline.Storage[handlers.Store] = boltdb.NewStorage(store, boltstore.Bind)
+	if wrapStorage != nil {
+		storage = wrapStorage(storage)
 	}
 	store.ObserveCommits(m.Commit)
-	p := pipeline.New(pipeline.Config{
-		Storage: store, Keys: idempotency.Bolt{}, Audit: audit,
-		Limits: c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait,
+	p := pipeline.New(pipeline.Config[handlers.Store]{
+		Storage: storage,
+		Limits:  c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait,
 		Logger: log, Metrics: m,
 	})
-	tools := handlers.Tools(boltstore.Store{})
+	tools := handlers.Tools()
 	if extraTools != nil {
 		tools = append(tools, extraTools()...)
 	}
@@ -362,7 +362,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 // httpServer builds the HTTP daemon: the edge and routes of package
 // httpapi, with MCP over Streamable HTTP, on a server with every timeout
 // set.
-func (c *ServeCommand) httpServer(log *slog.Logger, p *pipeline.Pipeline, store *boltdb.Pending, authn *authenticator, reg *prometheus.Registry, m *metrics.Metrics, key *auditlog.Key) *http.Server {
+func (c *ServeCommand) httpServer(log *slog.Logger, p pipeline.Service, store *boltdb.Pending, authn *authenticator, reg *prometheus.Registry, m *metrics.Metrics, key *auditlog.Key) *http.Server {
 	mcpSrv := mcp.NewServer(p, mcp.Options{
 		Version: version(), Logger: log, MinProtocol: "2025-06-18",
 		Caller: func(ctx context.Context, _ *sdk.CallToolRequest) pipeline.Caller {
@@ -382,7 +382,7 @@ func (c *ServeCommand) httpServer(log *slog.Logger, p *pipeline.Pipeline, store 
 			if db == nil {
 				return errors.New("the store is not open")
 			}
-			return db.Update(ctx, func(pipeline.Tx) error { return nil })
+			return db.Update(ctx, func(*kv.Tx) error { return nil })
 		},
 		Audit:    &httpapi.Audit{Storage: store, VerifierKey: key.VerifierKey},
 		Gatherer: reg, Metrics: m, Logger: log, MaxBody: c.maxBody,
@@ -411,7 +411,7 @@ func listenAddr(ln net.Listener) string {
 // once that it opened, then collects expired keys and signs audit
 // checkpoints until ctx ends, and a last checkpoint then. While
 // the store is held, nothing is collected, so nothing fails to be.
-func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *boltdb.Pending, p *pipeline.Pipeline, cp *auditlog.Checkpointer) {
+func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *boltdb.Pending, p *pipeline.Pipeline[handlers.Store], cp *auditlog.Checkpointer) {
 	waited := !store.IsOpen()
 	if waited {
 		log.Warn("store in use by another writerd process; answering tool calls UNAVAILABLE until it exits",

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -53,35 +54,49 @@ func init() {
 			panic(err)
 		}
 	}
-	extraTools = func() []*pipeline.Tool {
-		return []*pipeline.Tool{
-			pipeline.MustDefine(pipeline.Spec[testIn, testOut]{
+	extraTools = func() []*pipeline.Tool[handlers.Store] {
+		return []*pipeline.Tool[handlers.Store]{
+			pipeline.MustDefine(pipeline.Spec[handlers.Store, testIn, testOut]{
 				Name: "test_panic", Description: "Panics (test build only).",
-				Run: func(context.Context, *pipeline.Op, *testIn) (*testOut, error) {
+				Run: func(context.Context, *pipeline.Op[handlers.Store], *testIn) (*testOut, error) {
 					panic("test_panic: secret-panic-marker")
 				},
 			}),
-			pipeline.MustDefine(pipeline.Spec[testIn, testOut]{
+			pipeline.MustDefine(pipeline.Spec[handlers.Store, testIn, testOut]{
 				Name: "test_error", Description: "Fails with an unexpected error (test build only).",
-				Run: func(_ context.Context, _ *pipeline.Op, in *testIn) (*testOut, error) {
+				Run: func(_ context.Context, _ *pipeline.Op[handlers.Store], in *testIn) (*testOut, error) {
 					return nil, fmt.Errorf("driver failed at /var/lib/secret-path-marker: %s", in.Marker)
 				},
 			}),
 		}
 	}
-	wrapAudit = func(a pipeline.Audit) pipeline.Audit {
+	wrapStorage = func(s pipeline.Storage[handlers.Store]) pipeline.Storage[handlers.Store] {
 		if os.Getenv(TestFaultEnv) == "failure-audit" {
-			return failingAudit{a}
+			return failingStorage{s}
 		}
-		return a
+		return s
 	}
 }
 
+// failingStorage hands out, with each transaction, an audit log that
+// cannot append a failure.
+type failingStorage struct {
+	pipeline.Storage[handlers.Store]
+}
+
+func (f failingStorage) Update(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
+	return f.Storage.Update(ctx, func(tx pipeline.Tx[handlers.Store]) error { return fn(failingTx{tx}) })
+}
+
+type failingTx struct{ pipeline.Tx[handlers.Store] }
+
+func (t failingTx) Audit() pipeline.Audit { return failingAudit{t.Tx.Audit()} }
+
 type failingAudit struct{ pipeline.Audit }
 
-func (f failingAudit) Append(tx pipeline.Tx, e *auditlog.Event) error {
+func (f failingAudit) Append(e *auditlog.Event) error {
 	if e.Outcome == auditlog.Failed {
 		return errors.New("injected fault: cannot append at /var/lib/secret-path-marker")
 	}
-	return f.Audit.Append(tx, e)
+	return f.Audit.Append(e)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/writerd/writerd/handlers"
-	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
@@ -17,22 +16,20 @@ var (
 	recordsBucket  = []byte("records")
 )
 
-// ErrTx is returned when a method is given a transaction of another backend.
-var ErrTx = errors.New("boltstore: not a bbolt transaction")
-
-// Store implements handlers.Store. It holds no state: its methods take the
-// caller's transaction (a *kv.Tx or a *bbolt.Tx, typed pipeline.Tx) and never open one
-// of their own.
-type Store struct{}
+// Store implements handlers.Store on bbolt, bound to one transaction: its
+// writes join it, through kv, so that a failed write's changes roll back
+// with its savepoint.
+type Store struct{ tx *kv.Tx }
 
 var _ handlers.Store = Store{}
 
-// Init creates the buckets; call it once in a writable transaction.
-func (Store) Init(tx any) error {
-	t, err := kv.Of(tx)
-	if err != nil {
-		return ErrTx
-	}
+// Bind returns the store bound to tx: the domain store boltdb.NewStorage
+// hands out with each transaction.
+func Bind(tx *kv.Tx) handlers.Store { return Store{tx} }
+
+// Init creates the buckets; call it once in a writable transaction (it is
+// a boltdb.Open init).
+func Init(t *kv.Tx) error {
 	btx := t.Bolt()
 	for _, name := range [][]byte{projectsBucket, namesBucket, recordsBucket} {
 		if _, err := btx.CreateBucketIfNotExists(name); err != nil {
@@ -46,11 +43,8 @@ type buckets struct {
 	projects, names, records *kv.Bucket
 }
 
-func open(tx pipeline.Tx) (*buckets, error) {
-	t, err := kv.Of(tx)
-	if err != nil {
-		return nil, ErrTx
-	}
+func (s Store) open() (*buckets, error) {
+	t := s.tx
 	b := &buckets{t.Bucket(projectsBucket), t.Bucket(namesBucket), t.Bucket(recordsBucket)}
 	if b.projects == nil || b.names == nil || b.records == nil {
 		return nil, errors.New("boltstore: buckets missing")
@@ -121,8 +115,8 @@ func list[T any](b *kv.Bucket, prefix []byte, after string, limit int) ([]*T, bo
 }
 
 // Project implements handlers.Store.
-func (Store) Project(tx pipeline.Tx, id string) (*handlers.Project, error) {
-	b, err := open(tx)
+func (s Store) Project(id string) (*handlers.Project, error) {
+	b, err := s.open()
 	if err != nil {
 		return nil, err
 	}
@@ -144,8 +138,8 @@ func nameKey(name string) ([]byte, error) {
 }
 
 // ProjectByName implements handlers.Store.
-func (Store) ProjectByName(tx pipeline.Tx, name string) (*handlers.Project, error) {
-	b, err := open(tx)
+func (s Store) ProjectByName(name string) (*handlers.Project, error) {
+	b, err := s.open()
 	if err != nil {
 		return nil, err
 	}
@@ -165,8 +159,8 @@ func (Store) ProjectByName(tx pipeline.Tx, name string) (*handlers.Project, erro
 }
 
 // PutProject implements handlers.Store.
-func (Store) PutProject(tx pipeline.Tx, p *handlers.Project) error {
-	b, err := open(tx)
+func (s Store) PutProject(p *handlers.Project) error {
+	b, err := s.open()
 	if err != nil {
 		return err
 	}
@@ -201,8 +195,8 @@ func (Store) PutProject(tx pipeline.Tx, p *handlers.Project) error {
 }
 
 // DeleteProject implements handlers.Store.
-func (Store) DeleteProject(tx pipeline.Tx, id string) error {
-	b, err := open(tx)
+func (s Store) DeleteProject(id string) error {
+	b, err := s.open()
 	if err != nil {
 		return err
 	}
@@ -227,8 +221,8 @@ func (Store) DeleteProject(tx pipeline.Tx, id string) error {
 }
 
 // Projects implements handlers.Store.
-func (Store) Projects(tx pipeline.Tx, after string, limit int) ([]*handlers.Project, bool, error) {
-	b, err := open(tx)
+func (s Store) Projects(after string, limit int) ([]*handlers.Project, bool, error) {
+	b, err := s.open()
 	if err != nil {
 		return nil, false, err
 	}
@@ -236,8 +230,8 @@ func (Store) Projects(tx pipeline.Tx, after string, limit int) ([]*handlers.Proj
 }
 
 // Record implements handlers.Store.
-func (Store) Record(tx pipeline.Tx, projectID, id string) (*handlers.Record, error) {
-	b, err := open(tx)
+func (s Store) Record(projectID, id string) (*handlers.Record, error) {
+	b, err := s.open()
 	if err != nil {
 		return nil, err
 	}
@@ -249,8 +243,8 @@ func (Store) Record(tx pipeline.Tx, projectID, id string) (*handlers.Record, err
 }
 
 // PutRecord implements handlers.Store.
-func (Store) PutRecord(tx pipeline.Tx, r *handlers.Record) error {
-	b, err := open(tx)
+func (s Store) PutRecord(r *handlers.Record) error {
+	b, err := s.open()
 	if err != nil {
 		return err
 	}
@@ -258,8 +252,8 @@ func (Store) PutRecord(tx pipeline.Tx, r *handlers.Record) error {
 }
 
 // DeleteRecord implements handlers.Store.
-func (Store) DeleteRecord(tx pipeline.Tx, projectID, id string) error {
-	b, err := open(tx)
+func (s Store) DeleteRecord(projectID, id string) error {
+	b, err := s.open()
 	if err != nil {
 		return err
 	}
@@ -271,8 +265,8 @@ func (Store) DeleteRecord(tx pipeline.Tx, projectID, id string) error {
 }
 
 // Records implements handlers.Store.
-func (Store) Records(tx pipeline.Tx, projectID, after string, limit int) ([]*handlers.Record, bool, error) {
-	b, err := open(tx)
+func (s Store) Records(projectID, after string, limit int) ([]*handlers.Record, bool, error) {
+	b, err := s.open()
 	if err != nil {
 		return nil, false, err
 	}
@@ -280,8 +274,8 @@ func (Store) Records(tx pipeline.Tx, projectID, after string, limit int) ([]*han
 }
 
 // HasRecords implements handlers.Store, with one seek.
-func (Store) HasRecords(tx pipeline.Tx, projectID string) (bool, error) {
-	b, err := open(tx)
+func (s Store) HasRecords(projectID string) (bool, error) {
+	b, err := s.open()
 	if err != nil {
 		return false, err
 	}

@@ -2,7 +2,6 @@ package boltstore_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 
@@ -15,7 +14,7 @@ import (
 
 func MustOpen(t testing.TB) *boltdb.DB {
 	t.Helper()
-	db, err := boltdb.Open(t.TempDir(), boltstore.Store{}.Init)
+	db, err := boltdb.Open(t.TempDir(), boltstore.Init)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,28 +26,28 @@ func MustOpen(t testing.TB) *boltdb.DB {
 // with renames and deletions, whatever its caller checked.
 func TestPutProject_NameIndex(t *testing.T) {
 	db := MustOpen(t)
-	s := boltstore.Store{}
 	a := &handlers.Project{ID: "01AAAAAAAAAAAAAAAAAAAAAAAA", Name: "n", Revision: 1}
 	b := &handlers.Project{ID: "01BBBBBBBBBBBBBBBBBBBBBBBB", Name: "n", Revision: 1}
-	err := db.Update(context.Background(), func(tx pipeline.Tx) error {
-		if err := s.PutProject(tx, a); err != nil {
+	err := db.Update(context.Background(), func(tx *kv.Tx) error {
+		s := boltstore.Bind(tx)
+		if err := s.PutProject(a); err != nil {
 			return err
 		}
-		if code := pipeline.ErrorCode(s.PutProject(tx, b)); code != pipeline.AlreadyExists {
+		if code := pipeline.ErrorCode(s.PutProject(b)); code != pipeline.AlreadyExists {
 			t.Errorf("second project with the name: %q, want ALREADY_EXISTS", code)
 		}
 		a.Name = "m"
-		if err := s.PutProject(tx, a); err != nil {
+		if err := s.PutProject(a); err != nil {
 			return err
 		}
-		if err := s.PutProject(tx, b); err != nil {
+		if err := s.PutProject(b); err != nil {
 			return err
 		}
-		if err := s.DeleteProject(tx, a.ID); err != nil {
+		if err := s.DeleteProject(a.ID); err != nil {
 			return err
 		}
 		for name, want := range map[string]*handlers.Project{"n": b, "m": nil} {
-			got, err := s.ProjectByName(tx, name)
+			got, err := s.ProjectByName(name)
 			if err != nil {
 				return err
 			}
@@ -69,45 +68,44 @@ func TestPutProject_NameIndex(t *testing.T) {
 // frees the key.
 func TestPutProject_NameIndexComparesNames(t *testing.T) {
 	db := MustOpen(t)
-	s := boltstore.Store{}
 	a := &handlers.Project{ID: "01AAAAAAAAAAAAAAAAAAAAAAAA", Name: "Caf\u00e9", Revision: 1}
 	b := &handlers.Project{ID: "01BBBBBBBBBBBBBBBBBBBBBBBB", Revision: 1}
-	err := db.Update(context.Background(), func(tx pipeline.Tx) error {
-		if err := s.PutProject(tx, a); err != nil {
+	err := db.Update(context.Background(), func(tx *kv.Tx) error {
+		s := boltstore.Bind(tx)
+		if err := s.PutProject(a); err != nil {
 			return err
 		}
 		for _, name := range []string{"Caf\u00e9", "caf\u00e9", "CAF\u00c9", "Cafe\u0301"} {
 			b.Name = name
-			if code := pipeline.ErrorCode(s.PutProject(tx, b)); code != pipeline.AlreadyExists {
+			if code := pipeline.ErrorCode(s.PutProject(b)); code != pipeline.AlreadyExists {
 				t.Errorf("a second project named %+q: %q, want ALREADY_EXISTS", name, code)
 			}
-			if got, err := s.ProjectByName(tx, name); err != nil || got == nil || got.ID != a.ID {
+			if got, err := s.ProjectByName(name); err != nil || got == nil || got.ID != a.ID {
 				t.Errorf("ProjectByName(%+q) = %+v, %v; want the first project", name, got, err)
 			}
 		}
 		a.Name = "CAF\u00c9"
-		if err := s.PutProject(tx, a); err != nil {
+		if err := s.PutProject(a); err != nil {
 			return fmt.Errorf("change of case: %w", err)
 		}
 		a.Name = "other"
-		if err := s.PutProject(tx, a); err != nil {
+		if err := s.PutProject(a); err != nil {
 			return err
 		}
 		b.Name = "caf\u00e9" // freed by the rename
-		if err := s.PutProject(tx, b); err != nil {
+		if err := s.PutProject(b); err != nil {
 			return err
 		}
-		if err := s.DeleteProject(tx, b.ID); err != nil {
+		if err := s.DeleteProject(b.ID); err != nil {
 			return err
 		}
-		if got, err := s.ProjectByName(tx, "Caf\u00e9"); err != nil || got != nil {
+		if got, err := s.ProjectByName("Caf\u00e9"); err != nil || got != nil {
 			t.Errorf("ProjectByName after the deletion = %+v, %v; want none", got, err)
 		}
 		// Exactly one index entry per project: a rename or deletion leaves
 		// none behind.
 		n := 0
-		t2, _ := kv.Of(tx)
-		err := t2.Bucket([]byte("project_names")).ForEach(func(_, _ []byte) error { n++; return nil })
+		err := tx.Bucket([]byte("project_names")).ForEach(func(_, _ []byte) error { n++; return nil })
 		if err != nil {
 			return err
 		}
@@ -125,8 +123,9 @@ func TestPutProject_NameIndexComparesNames(t *testing.T) {
 // stored: only names the strict parse normalised reach the store.
 func TestPutProject_UncomparableName(t *testing.T) {
 	db := MustOpen(t)
-	err := db.Update(context.Background(), func(tx pipeline.Tx) error {
-		return boltstore.Store{}.PutProject(tx, &handlers.Project{ID: "01AAAAAAAAAAAAAAAAAAAAAAAA", Name: "a\u202eb", Revision: 1})
+	err := db.Update(context.Background(), func(tx *kv.Tx) error {
+		s := boltstore.Bind(tx)
+		return s.PutProject(&handlers.Project{ID: "01AAAAAAAAAAAAAAAAAAAAAAAA", Name: "a\u202eb", Revision: 1})
 	})
 	if code := pipeline.ErrorCode(err); code != pipeline.Internal {
 		t.Fatalf("PutProject with an unnormalised name: %q, want INTERNAL", code)
@@ -137,26 +136,26 @@ func TestPutProject_UncomparableName(t *testing.T) {
 // without touching the neighbouring projects' records.
 func TestRecords_KeyRange(t *testing.T) {
 	db := MustOpen(t)
-	s := boltstore.Store{}
 	projects := []string{"01AAAAAAAAAAAAAAAAAAAAAAAA", "01AAAAAAAAAAAAAAAAAAAAAAAB", "01AAAAAAAAAAAAAAAAAAAAAAAC"}
-	err := db.Update(context.Background(), func(tx pipeline.Tx) error {
+	err := db.Update(context.Background(), func(tx *kv.Tx) error {
+		s := boltstore.Bind(tx)
 		for i, p := range projects {
-			if err := s.PutProject(tx, &handlers.Project{ID: p, Name: p, Revision: 1}); err != nil {
+			if err := s.PutProject(&handlers.Project{ID: p, Name: p, Revision: 1}); err != nil {
 				return err
 			}
 			for j := range i * 2 {
 				r := &handlers.Record{ID: "01R" + string(rune('A'+j)) + "AAAAAAAAAAAAAAAAAAAAAA", ProjectID: p, Revision: 1}
-				if err := s.PutRecord(tx, r); err != nil {
+				if err := s.PutRecord(r); err != nil {
 					return err
 				}
 			}
 		}
 		for i, p := range projects {
-			has, err := s.HasRecords(tx, p)
+			has, err := s.HasRecords(p)
 			if err != nil {
 				return err
 			}
-			page, more, err := s.Records(tx, p, "", 10)
+			page, more, err := s.Records(p, "", 10)
 			if err != nil {
 				return err
 			}
@@ -164,19 +163,12 @@ func TestRecords_KeyRange(t *testing.T) {
 				t.Errorf("project %d: has records %v, page %d (more %v), want %d", i, has, len(page), more, i*2)
 			}
 		}
-		if code := pipeline.ErrorCode(s.DeleteProject(tx, projects[1])); code != pipeline.ProjectNotEmpty {
+		if code := pipeline.ErrorCode(s.DeleteProject(projects[1])); code != pipeline.ProjectNotEmpty {
 			t.Errorf("deleting a project with records: %q, want PROJECT_NOT_EMPTY", code)
 		}
-		return s.DeleteProject(tx, projects[0])
+		return s.DeleteProject(projects[0])
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// Ensure a transaction of another backend is refused, not mistaken.
-func TestWrongTx(t *testing.T) {
-	if _, err := (boltstore.Store{}).Project("not a tx", "01AAAAAAAAAAAAAAAAAAAAAAAA"); !errors.Is(err, boltstore.ErrTx) {
-		t.Fatalf("err = %v, want ErrTx", err)
 	}
 }

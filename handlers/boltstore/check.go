@@ -9,6 +9,7 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Event is what Check needs of one audit event; EventsOf reads them from
@@ -30,9 +31,9 @@ type Target struct {
 
 // EventsOf reads the audit log's events, in sequence order, as Check takes
 // them.
-func EventsOf(tx any) ([]Event, error) {
+func EventsOf(tx *bolt.Tx) ([]Event, error) {
 	var events []Event
-	err := auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
+	err := auditlog.Bolt{}.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
 		ev := Event{Seq: e.Seq, Tool: e.Tool, OK: e.Outcome == auditlog.OK}
 		for _, t := range e.Targets {
 			ev.Targets = append(ev.Targets, Target{Kind: t.Kind, ID: t.ID, Revision: t.Revision})
@@ -62,7 +63,7 @@ const (
 //
 // It reads the whole store; writerd check runs it beside boltdb.Check.
 func Check(tx *bolt.Tx, events []Event) error {
-	b, err := open(tx)
+	b, err := Store{kv.Wrap(tx)}.open()
 	if err != nil {
 		return err
 	}

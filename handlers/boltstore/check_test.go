@@ -7,11 +7,11 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 const (
@@ -73,14 +73,15 @@ func TestCheck_DomainAgainstEvents(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			db := MustOpen(t)
-			err := db.Update(context.Background(), func(tx pipeline.Tx) error {
+			err := db.Update(context.Background(), func(tx *kv.Tx) error {
+				s := boltstore.Bind(tx)
 				for _, p := range tt.projects {
-					if err := (boltstore.Store{}).PutProject(tx, p); err != nil {
+					if err := s.PutProject(p); err != nil {
 						return err
 					}
 				}
 				for _, r := range tt.records {
-					if err := (boltstore.Store{}).PutRecord(tx, r); err != nil {
+					if err := s.PutRecord(r); err != nil {
 						return err
 					}
 				}
@@ -104,8 +105,8 @@ func TestCheck_DomainAgainstEvents(t *testing.T) {
 // against its own audit log: creates, updates, refusals and deletes.
 func TestCheck_WrittenByTheTools(t *testing.T) {
 	db := MustOpen(t)
-	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}})
-	if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind)})
+	if err := p.Register(handlers.Tools()...); err != nil {
 		t.Fatal(err)
 	}
 	caller := pipeline.Caller{Principal: "t", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}

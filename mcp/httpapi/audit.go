@@ -12,6 +12,7 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Audit is what the audit API serves: the log, the storage it lives in,
@@ -57,7 +58,7 @@ func (s *server) auditScope(next http.HandlerFunc) http.HandlerFunc {
 
 // view runs fn in a read transaction of the log's storage; a failure is
 // answered, and view reports false.
-func (s *server) view(w http.ResponseWriter, r *http.Request, fn func(tx any) error) bool {
+func (s *server) view(w http.ResponseWriter, r *http.Request, fn func(tx *kv.Tx) error) bool {
 	err := s.cfg.Audit.Storage.View(r.Context(), fn)
 	if err == nil {
 		return true
@@ -106,7 +107,7 @@ func (s *server) auditEvents(w http.ResponseWriter, r *http.Request) {
 		Events []*auditlog.Event `json:"events"`
 		Next   string            `json:"next,omitempty"`
 	}
-	ok := s.view(w, r, func(tx any) error {
+	ok := s.view(w, r, func(tx *kv.Tx) error {
 		events, next, err := s.cfg.Audit.Log.List(tx, f, after, limit)
 		page.Events = events
 		if next != 0 {
@@ -156,7 +157,7 @@ func (s *server) auditEvent(w http.ResponseWriter, r *http.Request) {
 		Event *auditlog.Event `json:"event"`
 		Proof *proof          `json:"proof,omitempty"`
 	}
-	ok := s.view(w, r, func(tx any) error {
+	ok := s.view(w, r, func(tx *kv.Tx) error {
 		var err error
 		if seq, perr := strconv.ParseUint(ref, 10, 64); perr == nil {
 			answer.Event, err = s.cfg.Audit.Log.Get(tx, seq)
@@ -191,7 +192,7 @@ func (s *server) auditEvent(w http.ResponseWriter, r *http.Request) {
 // auditCheckpoint serves the latest signed checkpoint, as its note.
 func (s *server) auditCheckpoint(w http.ResponseWriter, r *http.Request) {
 	var signed []byte
-	if s.view(w, r, func(tx any) error {
+	if s.view(w, r, func(tx *kv.Tx) error {
 		var err error
 		_, signed, err = s.cfg.Audit.Log.LatestCheckpoint(tx)
 		return err
@@ -203,7 +204,7 @@ func (s *server) auditCheckpoint(w http.ResponseWriter, r *http.Request) {
 // auditCheckpoints serves every signed checkpoint, smallest tree first.
 func (s *server) auditCheckpoints(w http.ResponseWriter, r *http.Request) {
 	var all []string
-	if s.view(w, r, func(tx any) error {
+	if s.view(w, r, func(tx *kv.Tx) error {
 		cps, err := s.cfg.Audit.Log.SignedCheckpoints(tx)
 		for _, c := range cps {
 			all = append(all, string(c))
@@ -227,7 +228,7 @@ func (s *server) auditConsistency(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var hashes tlog.TreeProof
-	if s.view(w, r, func(tx any) error {
+	if s.view(w, r, func(tx *kv.Tx) error {
 		var err error
 		hashes, err = s.cfg.Audit.Log.ConsistencyProof(tx, old, new)
 		return err
@@ -256,7 +257,7 @@ func (s *server) auditExport(w http.ResponseWriter, r *http.Request) {
 	// The export streams from one read transaction, so that it holds one
 	// consistent state; once its first line is out, a failure can only cut
 	// it short, which its verification then reports.
-	s.view(w, r, func(tx any) error {
+	s.view(w, r, func(tx *kv.Tx) error {
 		if _, _, err := s.cfg.Audit.Log.LatestCheckpoint(tx); err != nil {
 			return auditlog.ErrNoCheckpoint
 		}

@@ -23,12 +23,12 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 const marker = "zzMARKERzz"
@@ -65,7 +65,7 @@ func (s *server) logText() string {
 // checked when the test ends.
 func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *server {
 	t.Helper()
-	db, err := boltdb.Open(t.TempDir(), boltstore.Store{}.Init)
+	db, err := boltdb.Open(t.TempDir(), boltstore.Init)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,8 +73,8 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 	log := slog.New(slog.NewJSONHandler(s, nil))
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	p := pipeline.New(pipeline.Config{Storage: db, Keys: idempotency.Bolt{}, Audit: auditlog.Bolt{}, Logger: log, Metrics: m})
-	if err := p.Register(handlers.Tools(boltstore.Store{})...); err != nil {
+	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind), Logger: log, Metrics: m})
+	if err := p.Register(handlers.Tools()...); err != nil {
 		t.Fatal(err)
 	}
 	callerOf := func(ctx context.Context) (pipeline.Caller, bool) {
@@ -315,7 +315,7 @@ func TestEdge_RequestID(t *testing.T) {
 	var ev *auditlog.Event
 	s.db.Bolt().View(func(tx *bolt.Tx) error {
 		var err error
-		ev, err = auditlog.Bolt{}.Get(tx, 1)
+		ev, err = auditlog.Bolt{}.Get(kv.Wrap(tx), 1)
 		return err
 	})
 	if ev == nil || ev.RequestID != "req-123.abc" || ev.Transport != pipeline.TransportAPI {
@@ -478,7 +478,7 @@ func TestAudit_API(t *testing.T) {
 		}
 		var canonical []byte
 		s.db.Bolt().View(func(tx *bolt.Tx) error {
-			return auditlog.Bolt{}.Raw(tx, func(seq uint64, b []byte) error {
+			return auditlog.Bolt{}.Raw(kv.Wrap(tx), func(seq uint64, b []byte) error {
 				if seq == answer.Event.Seq {
 					canonical = bytes.Clone(b)
 				}

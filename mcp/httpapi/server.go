@@ -27,7 +27,7 @@ const DefaultMaxBody = 1 << 20
 
 // Config wires the HTTP server.
 type Config struct {
-	Pipeline *pipeline.Pipeline
+	Pipeline pipeline.Service
 	// MCP serves /mcp: the MCP Streamable HTTP handler (mcp.NewHTTPHandler).
 	MCP http.Handler
 	// Authenticate guards /mcp and /v1: it answers 401 itself, or passes

@@ -17,6 +17,7 @@ import (
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // benchWrites is the size of the database the start-up benchmarks open:
@@ -30,18 +31,18 @@ const benchWrites = 100_000
 func mustBenchDB(b *testing.B) string {
 	b.Helper()
 	dir := b.TempDir()
-	db, err := boltdb.Open(dir, boltstore.Store{}.Init)
+	db, err := boltdb.Open(dir, boltstore.Init)
 	if err != nil {
 		b.Fatal(err)
 	}
 	now := time.Now()
 	for batch := 0; batch < benchWrites; batch += 1000 {
-		err := db.Update(context.Background(), func(tx pipeline.Tx) error {
+		err := db.Update(context.Background(), func(tx *kv.Tx) error {
 			for i := batch; i < batch+1000; i++ {
-				op := &pipeline.Op{Now: now}
+				op := &pipeline.Op[handlers.Store]{Now: now}
 				p := &handlers.Project{ID: op.NewID(), Name: fmt.Sprintf("project-%06d", i), Description: strings.Repeat("d", 200),
 					Labels: []string{"a", "b"}, Revision: 1, CreatedAt: now, UpdatedAt: now}
-				if err := (boltstore.Store{}).PutProject(tx, p); err != nil {
+				if err := boltstore.Bind(tx).PutProject(p); err != nil {
 					return err
 				}
 				key := fmt.Sprintf("key-%08d", i)
@@ -83,7 +84,7 @@ func BenchmarkStartup(b *testing.B) {
 	b.Logf("%d writes: %d MiB", benchWrites, fi.Size()>>20)
 	b.Run("Open", func(b *testing.B) { // the file check, then bbolt's open
 		for b.Loop() {
-			db, err := boltdb.Open(dir, boltstore.Store{}.Init)
+			db, err := boltdb.Open(dir, boltstore.Init)
 			if err != nil {
 				b.Fatal(err)
 			}

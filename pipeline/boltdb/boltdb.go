@@ -16,6 +16,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // PageSize is the page size of a new database; a file keeps the size it
@@ -61,7 +62,7 @@ type DB struct {
 // *DamagedError instead of faulting or spreading the damage later. Damage
 // bbolt works around is kept as a warning (see Warnings). Errors name the
 // file as <data>/writerd.db, never by its path.
-func Open(dir string, inits ...func(tx any) error) (*DB, error) {
+func Open(dir string, inits ...func(*kv.Tx) error) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, redact(dir, fmt.Errorf("boltdb: create data directory: %w", err))
 	}
@@ -69,10 +70,10 @@ func Open(dir string, inits ...func(tx any) error) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	inits = append([]func(any) error{idempotency.Bolt{}.Init, auditlog.Bolt{}.Init}, inits...)
+	inits = append([]func(*kv.Tx) error{idempotency.Bolt{}.Init, auditlog.Bolt{}.Init}, inits...)
 	err = d.db.Update(func(tx *bolt.Tx) error {
 		for _, init := range inits {
-			if err := init(tx); err != nil {
+			if err := init(kv.Wrap(tx)); err != nil {
 				return err
 			}
 		}
@@ -190,7 +191,7 @@ func (d *DB) Warnings() []string { return d.warnings }
 // Update runs fn as one write of a group commit; see pipeline.Storage and
 // group.go. fn's error comes back unchanged, its changes rolled back; a
 // panic in fn is an error too. fn runs on the committer's goroutine.
-func (d *DB) Update(ctx context.Context, fn func(pipeline.Tx) error) error {
+func (d *DB) Update(ctx context.Context, fn func(*kv.Tx) error) error {
 	if d.commits == nil {
 		return classify(bolterrors.ErrDatabaseReadOnly)
 	}
@@ -208,10 +209,10 @@ func (d *DB) ObserveCommits(f func(d time.Duration, writes int)) {
 }
 
 // View runs fn in a read-only transaction; see pipeline.Storage.
-func (d *DB) View(_ context.Context, fn func(pipeline.Tx) error) error {
+func (d *DB) View(_ context.Context, fn func(*kv.Tx) error) error {
 	var fnErr error
 	err := d.db.View(func(tx *bolt.Tx) error {
-		fnErr = fn(tx)
+		fnErr = fn(kv.Wrap(tx))
 		return fnErr
 	})
 	if err != nil && err == fnErr {

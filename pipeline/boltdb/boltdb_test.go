@@ -17,7 +17,7 @@ import (
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
-var _ pipeline.Storage = (*boltdb.DB)(nil)
+var _ boltdb.Transactor = (*boltdb.DB)(nil)
 
 var (
 	ctx    = context.Background()
@@ -25,8 +25,8 @@ var (
 )
 
 // initDomain is the init of a domain store: one bucket of its own.
-func initDomain(tx any) error {
-	_, err := tx.(*bolt.Tx).CreateBucketIfNotExists(domain)
+func initDomain(tx *kv.Tx) error {
+	_, err := tx.Bolt().CreateBucketIfNotExists(domain)
 	return err
 }
 
@@ -43,13 +43,9 @@ func MustOpen(t testing.TB, dir string) *boltdb.DB {
 }
 
 // put writes k=v into the domain bucket.
-func put(k, v string) func(pipeline.Tx) error {
-	return func(tx pipeline.Tx) error {
-		t, err := kv.Of(tx)
-		if err != nil {
-			return err
-		}
-		return t.Bucket(domain).Put([]byte(k), []byte(v))
+func put(k, v string) func(*kv.Tx) error {
+	return func(tx *kv.Tx) error {
+		return tx.Bucket(domain).Put([]byte(k), []byte(v))
 	}
 }
 
@@ -57,8 +53,8 @@ func put(k, v string) func(pipeline.Tx) error {
 func MustGet(t testing.TB, db *boltdb.DB, k string) []byte {
 	t.Helper()
 	var v []byte
-	err := db.View(ctx, func(tx pipeline.Tx) error {
-		v = tx.(*bolt.Tx).Bucket(domain).Get([]byte(k))
+	err := db.View(ctx, func(tx *kv.Tx) error {
+		v = tx.Bucket(domain).Get([]byte(k))
 		if v != nil {
 			v = append([]byte(nil), v...)
 		}
@@ -141,7 +137,7 @@ func TestOpen_Locked(t *testing.T) {
 func TestOpen_InitFails(t *testing.T) {
 	dir := t.TempDir()
 	broken := errors.New("init failed")
-	db, err := boltdb.Open(dir, func(any) error { return broken })
+	db, err := boltdb.Open(dir, func(*kv.Tx) error { return broken })
 	if !errors.Is(err, broken) {
 		if db != nil {
 			db.Close()
@@ -179,7 +175,7 @@ func TestUpdate_RollsBack(t *testing.T) {
 		pipeline.Errorf(pipeline.RevisionConflict, "The record changed."),
 		context.Canceled,
 	} {
-		err := db.Update(ctx, func(tx pipeline.Tx) error {
+		err := db.Update(ctx, func(tx *kv.Tx) error {
 			if err := put("k", "v")(tx); err != nil {
 				return err
 			}
@@ -192,10 +188,10 @@ func TestUpdate_RollsBack(t *testing.T) {
 			t.Fatalf("rolled back, but k = %q", got)
 		}
 	}
-	var seen pipeline.Tx
-	_ = db.View(ctx, func(tx pipeline.Tx) error { seen = tx; return nil })
-	if btx, ok := seen.(*bolt.Tx); !ok || btx.Writable() {
-		t.Errorf("View's tx = %T (writable %v), want a read-only *bbolt.Tx", seen, ok && btx.Writable())
+	var writable bool
+	_ = db.View(ctx, func(tx *kv.Tx) error { writable = tx.Writable(); return nil })
+	if writable {
+		t.Errorf("View's transaction is writable")
 	}
 }
 
@@ -208,7 +204,7 @@ func TestClosed_Unavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	fn := func(pipeline.Tx) error { ran = true; return nil }
+	fn := func(*kv.Tx) error { ran = true; return nil }
 	for name, err := range map[string]error{"Update": db.Update(ctx, fn), "View": db.View(ctx, fn)} {
 		if code := pipeline.ErrorCode(err); code != pipeline.Unavailable {
 			t.Errorf("%s after Close: code %q (%v), want UNAVAILABLE", name, code, err)
@@ -237,7 +233,7 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("a new database fails the check: %v", err)
 	}
 	orphan := &idempotency.Record{Principal: "p", Key: "k-orphan1", Digest: "d", State: idempotency.Completed, AuditID: "01J00000000000000000000000"}
-	if err := db.Update(ctx, func(tx pipeline.Tx) error { return idempotency.Bolt{}.Put(tx, orphan) }); err != nil {
+	if err := db.Update(ctx, func(tx *kv.Tx) error { return idempotency.Bolt{}.Put(tx, orphan) }); err != nil {
 		t.Fatal(err)
 	}
 	err := db.Bolt().View(boltdb.Check)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Check verifies what the pipeline promises of a database, and returns
@@ -29,9 +30,10 @@ import (
 //
 // Tests run it after each test, as bbolt's own tests do; writerd check
 // runs it with the domain store's check. It reads the whole database.
-func Check(tx *bolt.Tx) error {
+func Check(btx *bolt.Tx) error {
+	tx := kv.Wrap(btx)
 	var errs []error
-	for err := range tx.Check() {
+	for err := range btx.Check() {
 		errs = append(errs, err)
 	}
 	events := map[string]*auditlog.Event{}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
-	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -18,7 +17,7 @@ import (
 // returns the events with their ids.
 func plant(t testing.TB, db *boltdb.DB, events []*auditlog.Event, records func(ev []*auditlog.Event) []*idempotency.Record) {
 	t.Helper()
-	err := db.Update(ctx, func(tx pipeline.Tx) error {
+	err := db.Update(ctx, func(tx *kv.Tx) error {
 		for _, e := range events {
 			at := e.Time
 			if err := (auditlog.Bolt{}).Append(tx, e); err != nil {
@@ -27,8 +26,7 @@ func plant(t testing.TB, db *boltdb.DB, events []*auditlog.Event, records func(e
 			if !e.Time.Equal(at) {
 				// Append keeps times in order; a clock going back can only
 				// be planted by rewriting the stored event.
-				t, _ := kv.Of(tx)
-				b := t.Bucket([]byte("audit_events"))
+				b := tx.Bucket([]byte("audit_events"))
 				k := binary.BigEndian.AppendUint64(nil, e.Seq)
 				v := bytes.Replace(b.Get(k), []byte(e.Time.Format(time.RFC3339Nano)), []byte(at.Format(time.RFC3339Nano)), 1)
 				if err := b.Put(k, v); err != nil {

@@ -30,7 +30,7 @@ const MaxBatch = 256
 
 // unit is one write waiting for its turn.
 type unit struct {
-	fn   func(pipeline.Tx) error
+	fn   func(*kv.Tx) error
 	err  error
 	done chan struct{}
 }
@@ -60,7 +60,7 @@ var errClosed = pipeline.Wrap(pipeline.Unavailable, bolterrors.ErrDatabaseNotOpe
 
 // write queues fn and waits for its outcome: fn's own error (its changes
 // rolled back), the commit's error, or nil once committed durably.
-func (c *committer) write(ctx context.Context, fn func(pipeline.Tx) error) error {
+func (c *committer) write(ctx context.Context, fn func(*kv.Tx) error) error {
 	u := &unit{fn: fn, done: make(chan struct{})}
 	select {
 	case <-c.quit:
@@ -145,7 +145,7 @@ func (c *committer) commit(batch []*unit) {
 }
 
 // runUnit runs a write's fn, turning a panic into an error.
-func runUnit(fn func(pipeline.Tx) error, tx *kv.Tx) (err error) {
+func runUnit(fn func(*kv.Tx) error, tx *kv.Tx) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())

@@ -8,7 +8,7 @@ import (
 	"time"
 	"weak"
 
-	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Ensure the committer forgets a write once it is answered: a write's fn
@@ -35,7 +35,7 @@ func TestUpdate_ForgetsAnsweredWrites(t *testing.T) {
 		started, release := make(chan struct{}), make(chan struct{})
 		first := make(chan error, 1)
 		go func() {
-			first <- db.Update(ctx, func(tx pipeline.Tx) error {
+			first <- db.Update(ctx, func(tx *kv.Tx) error {
 				close(started)
 				<-release
 				return nil
@@ -48,7 +48,7 @@ func TestUpdate_ForgetsAnsweredWrites(t *testing.T) {
 			held = append(held, weak.Make(payload))
 			key := fmt.Sprintf("k%d.%d", round, i)
 			wg.Go(func() {
-				if err := db.Update(ctx, func(tx pipeline.Tx) error { return put(key, string(*payload))(tx) }); err != nil {
+				if err := db.Update(ctx, func(tx *kv.Tx) error { return put(key, string(*payload))(tx) }); err != nil {
 					t.Error(err)
 				}
 			})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // HeldMessage is what a call is told while another process holds the
@@ -32,7 +33,7 @@ const (
 // transaction answers UNAVAILABLE from then on.
 type Pending struct {
 	dir    string
-	inits  []func(any) error
+	inits  []func(*kv.Tx) error
 	opened chan struct{} // closed once db or err is set
 	stop   context.CancelFunc
 	done   chan struct{} // closed when the goroutine has returned
@@ -58,7 +59,7 @@ func (p *Pending) ObserveCommits(f func(d time.Duration, writes int)) {
 // holds it, OpenPending returns at once a Pending that keeps trying in the
 // background until it opens, ctx ends or Close is called. Any other error
 // of the first attempt is returned: a damaged file is refused at start-up.
-func OpenPending(ctx context.Context, dir string, inits ...func(tx any) error) (*Pending, error) {
+func OpenPending(ctx context.Context, dir string, inits ...func(*kv.Tx) error) (*Pending, error) {
 	p := &Pending{dir: dir, inits: inits, opened: make(chan struct{}), done: make(chan struct{})}
 	db, err := Open(dir, inits...)
 	switch {
@@ -152,7 +153,7 @@ func (p *Pending) storage() (*DB, error) {
 
 // Update runs fn in one read-write transaction of the database once it is
 // open; until then it answers UNAVAILABLE without running fn.
-func (p *Pending) Update(ctx context.Context, fn func(pipeline.Tx) error) error {
+func (p *Pending) Update(ctx context.Context, fn func(*kv.Tx) error) error {
 	db, err := p.storage()
 	if err != nil {
 		return err
@@ -162,7 +163,7 @@ func (p *Pending) Update(ctx context.Context, fn func(pipeline.Tx) error) error 
 
 // View runs fn in a read-only transaction of the database once it is
 // open; until then it answers UNAVAILABLE without running fn.
-func (p *Pending) View(ctx context.Context, fn func(pipeline.Tx) error) error {
+func (p *Pending) View(ctx context.Context, fn func(*kv.Tx) error) error {
 	db, err := p.storage()
 	if err != nil {
 		return err

@@ -9,16 +9,15 @@ import (
 
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
-
-var _ pipeline.Storage = (*boltdb.Pending)(nil)
 
 // mustUnavailable asserts that a transaction answered UNAVAILABLE with
 // retry same_key and the message, without running fn.
 func mustUnavailable(t testing.TB, p *boltdb.Pending, message string) {
 	t.Helper()
 	ran := false
-	fn := func(pipeline.Tx) error { ran = true; return nil }
+	fn := func(*kv.Tx) error { ran = true; return nil }
 	for name, err := range map[string]error{"Update": p.Update(ctx, fn), "View": p.View(ctx, fn)} {
 		var pe *pipeline.Error
 		if !errors.As(err, &pe) || pe.Code != pipeline.Unavailable || pe.Retry != pipeline.RetrySameKey || pe.Message != message {

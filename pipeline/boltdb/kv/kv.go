@@ -10,9 +10,9 @@
 // directly.
 //
 // The stores of the bbolt backend (idempotency, auditlog,
-// handlers/boltstore) take their transaction through Of, which accepts a
-// *Tx, or a plain *bbolt.Tx (wrapped, for tests and read-only tools), so
-// that a write through a store is always one the undo log sees.
+// handlers/boltstore) take a *Tx, the backend's one transaction type: a
+// write through a store is always one the undo log sees. Read-only tools
+// wrap a plain *bbolt.Tx (Wrap).
 //
 // Caveats: only writes through Bucket are undone; a store must never
 // write through the *bbolt.Tx that Bolt returns. Buckets are not created
@@ -21,13 +21,9 @@ package kv
 
 import (
 	"bytes"
-	"errors"
 
 	bolt "go.etcd.io/bbolt"
 )
-
-// ErrTx is returned by Of for a transaction of another backend.
-var ErrTx = errors.New("kv: not a bbolt transaction")
 
 // Tx is a bbolt transaction with savepoints.
 type Tx struct {
@@ -47,18 +43,6 @@ type change struct {
 
 // Wrap returns a Tx over tx.
 func Wrap(tx *bolt.Tx) *Tx { return &Tx{tx: tx, buckets: map[string]*Bucket{}} }
-
-// Of returns the Tx a store writes through: tx itself if it is a *Tx, a
-// new one over it if it is a *bbolt.Tx, else ErrTx.
-func Of(tx any) (*Tx, error) {
-	switch t := tx.(type) {
-	case *Tx:
-		return t, nil
-	case *bolt.Tx:
-		return Wrap(t), nil
-	}
-	return nil, ErrTx
-}
 
 // Bolt returns the underlying transaction, for reads only (a consistency
 // check, bucket statistics).

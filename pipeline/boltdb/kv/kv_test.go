@@ -62,15 +62,3 @@ func TestTx_RollbackTo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-// Ensure Of takes a *Tx as it is, wraps a *bbolt.Tx, and refuses anything
-// else.
-func TestOf(t *testing.T) {
-	if _, err := kv.Of(struct{}{}); err != kv.ErrTx {
-		t.Errorf("Of(struct{}{}) = %v, want ErrTx", err)
-	}
-	tx := kv.Wrap(nil)
-	if got, err := kv.Of(tx); err != nil || got != tx {
-		t.Errorf("Of(*Tx) = %v, %v, want it back", got, err)
-	}
-}

@@ -1,0 +1,84 @@
+package boltdb
+
+import (
+	"context"
+	"time"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb/kv"
+)
+
+// Transactor runs bbolt transactions with savepoints: DB and Pending.
+type Transactor interface {
+	Update(ctx context.Context, fn func(*kv.Tx) error) error
+	View(ctx context.Context, fn func(*kv.Tx) error) error
+}
+
+var (
+	_ Transactor = (*DB)(nil)
+	_ Transactor = (*Pending)(nil)
+)
+
+// Storage is the pipeline's storage on bbolt: each transaction hands out
+// the key store, the audit log and the domain store D, all bound to it.
+// D is whatever bind makes of a transaction (boltstore.Bind for the
+// built-in tools), so the stores of a transaction are of one backend by
+// construction.
+type Storage[D any] struct {
+	db   Transactor
+	bind func(*kv.Tx) D
+}
+
+// NewStorage returns the pipeline's storage on db, whose domain store bind
+// makes for each transaction.
+func NewStorage[D any](db Transactor, bind func(*kv.Tx) D) *Storage[D] {
+	return &Storage[D]{db: db, bind: bind}
+}
+
+var _ pipeline.Storage[any] = (*Storage[any])(nil)
+
+// Update runs fn as one write of a group commit; see pipeline.Storage.
+func (s *Storage[D]) Update(ctx context.Context, fn func(pipeline.Tx[D]) error) error {
+	return s.db.Update(ctx, func(tx *kv.Tx) error { return fn(s.bound(tx)) })
+}
+
+// View runs fn in a read-only transaction; see pipeline.Storage.
+func (s *Storage[D]) View(ctx context.Context, fn func(pipeline.Tx[D]) error) error {
+	return s.db.View(ctx, func(tx *kv.Tx) error { return fn(s.bound(tx)) })
+}
+
+func (s *Storage[D]) bound(tx *kv.Tx) *stores[D] {
+	return &stores[D]{keys: keys{tx}, audit: audit{tx}, domain: s.bind(tx)}
+}
+
+// stores is one transaction's stores.
+type stores[D any] struct {
+	keys   keys
+	audit  audit
+	domain D
+}
+
+func (u *stores[D]) Keys() pipeline.Keys   { return u.keys }
+func (u *stores[D]) Audit() pipeline.Audit { return u.audit }
+func (u *stores[D]) Domain() D             { return u.domain }
+
+// keys is the idempotency record store bound to a transaction.
+type keys struct{ tx *kv.Tx }
+
+func (k keys) Get(principal, key string) (*idempotency.Record, error) {
+	return idempotency.Bolt{}.Get(k.tx, principal, key)
+}
+func (k keys) Put(r *idempotency.Record) error { return idempotency.Bolt{}.Put(k.tx, r) }
+func (k keys) HasExpired(now time.Time) (bool, error) {
+	return idempotency.Bolt{}.HasExpired(k.tx, now)
+}
+func (k keys) Collect(now time.Time, limit int) (int, bool, error) {
+	return idempotency.Bolt{}.Collect(k.tx, now, limit)
+}
+
+// audit is the audit log bound to a transaction.
+type audit struct{ tx *kv.Tx }
+
+func (a audit) Append(e *auditlog.Event) error { return auditlog.Bolt{}.Append(a.tx, e) }
