@@ -1,15 +1,17 @@
 package auditlog
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/go-json-experiment/json/jsontext"
-
 	"github.com/writerd/writerd/digest"
 )
+
+// ErrNotFound is returned by a store's lookups for an event that does not
+// exist, and for a tree size that has no checkpoint.
+var ErrNotFound = errors.New("auditlog: no such event")
 
 // Outcomes of a write as the audit log records them.
 const (
@@ -58,50 +60,10 @@ func (e *Event) canonical() ([]byte, error) {
 	return digest.Canonical(b)
 }
 
-// stampOf reads an event's id and time from its canonical JSON, skipping
-// the other members: Append needs only these of the last event, once per
-// write inside the commit, where decoding it all cost a tenth of the
-// write's time.
-func stampOf(b []byte) (id string, t time.Time, err error) {
-	fail := func(why string) (string, time.Time, error) {
-		return "", time.Time{}, fmt.Errorf("auditlog: decode event: %s", why)
-	}
-	d := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true)) // no name tracking: it allocates
-	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
-		return fail("not an object")
-	}
-	var haveID, haveTime bool
-	for d.PeekKind() == '"' && !(haveID && haveTime) {
-		name, err := d.ReadValue() // a name: valid until the next read
-		if err != nil {
-			return fail("a member name is malformed")
-		}
-		isID, isTime := string(name) == `"id"`, string(name) == `"time"`
-		v, err := d.ReadValue()
-		switch {
-		case err != nil:
-			return fail("a member value is malformed")
-		case !isID && !isTime:
-			continue
-		case v.Kind() != '"':
-			return fail("its id or time is not a string")
-		}
-		s, err := jsontext.AppendUnquote(nil, v)
-		if err != nil {
-			return fail("its id or time is not a string")
-		}
-		if isID {
-			id, haveID = string(s), true
-		} else if t, err = time.Parse(time.RFC3339Nano, string(s)); err != nil {
-			return fail("its time is not RFC 3339")
-		} else {
-			haveTime = true
-		}
-	}
-	if !haveID || !haveTime {
-		return fail("no id or time")
-	}
-	return id, t, nil
+// DecodeEvent decodes an event from its canonical JSON, as a store keeps
+// it.
+func DecodeEvent(b []byte) (*Event, error) {
+	return decode(b)
 }
 
 func decode(b []byte) (*Event, error) {

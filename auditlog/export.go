@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // An export is JSON Lines that verify with no database and no daemon: a
@@ -27,46 +25,9 @@ type ExportHeader struct {
 	Prefix      Prefix `json:"prefix"`
 }
 
-// ErrNoCheckpoint is returned by Export when the log has no signed
-// checkpoint yet: an export must end at one to verify.
+// ErrNoCheckpoint is returned by a store's Export when the log has no
+// signed checkpoint yet: an export must end at one to verify.
 var ErrNoCheckpoint = errors.New("the audit log has no signed checkpoint yet")
-
-// Export writes the export of the events from sequence number from through
-// the latest checkpoint's size.
-func (l Bolt) Export(tx *kv.Tx, w io.Writer, from uint64, verifierKey string) error {
-	size, signed, err := l.LatestCheckpoint(tx)
-	if errors.Is(err, ErrNotFound) {
-		return ErrNoCheckpoint
-	}
-	if err != nil {
-		return err
-	}
-	from = max(from, 1)
-	if from > size+1 {
-		from = size + 1
-	}
-	prefix, err := l.Prefix(tx, from-1)
-	if err != nil {
-		return err
-	}
-	bw := bufio.NewWriter(w)
-	header, err := json.Marshal(ExportHeader{Version: ExportVersion, VerifierKey: verifierKey, Checkpoint: string(signed), Prefix: prefix})
-	if err != nil {
-		return err
-	}
-	bw.Write(append(header, '\n'))
-	err = rawFrom(tx, from, func(seq uint64, c []byte) error {
-		if seq > size {
-			return errStop
-		}
-		bw.Write(c)
-		return bw.WriteByte('\n')
-	})
-	if err != nil && err != errStop {
-		return err
-	}
-	return bw.Flush()
-}
 
 // ReadExport reads an export's header, and returns it with a Stream of its
 // events for Verify. Each event's sequence number is taken from its own

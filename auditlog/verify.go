@@ -10,8 +10,6 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Kinds of Problem.
@@ -259,28 +257,6 @@ func prefixFrontier(p Prefix) (frontier, error) {
 		return f, fmt.Errorf("auditlog: a prefix of %d leaves lacks subtree hashes", p.Size)
 	}
 	return f, nil
-}
-
-// Prefix returns the prefix of the tree of size leaves, for an export
-// that starts after it.
-func (Bolt) Prefix(tx *kv.Tx, size uint64) (Prefix, error) {
-	b, err := eventsOf(tx)
-	if err != nil {
-		return Prefix{}, err
-	}
-	p := Prefix{Size: size}
-	var indexes []int64
-	start := uint64(0)
-	for left := size; left > 0; {
-		level := 63 - bitsLeadingZeros(left)
-		indexes = append(indexes, tlog.StoredHashIndex(level, int64(start>>level)))
-		start += 1 << level
-		left -= 1 << level
-	}
-	if p.Hashes, err = (hashReader{b}).ReadHashes(indexes); err != nil {
-		return Prefix{}, err
-	}
-	return p, nil
 }
 
 // frontier is the right edge of a Merkle tree being built leaf by leaf:

@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/pipeline"
@@ -156,7 +157,7 @@ func (e *env) AuditEvents(key string) []*auditlog.Event {
 	e.t.Helper()
 	var evs []*auditlog.Event
 	err := e.db.View(context.Background(), func(tx *kv.Tx) error {
-		return auditlog.Bolt{}.ForEach(tx, func(ev *auditlog.Event) error {
+		return boltlog.Log{}.ForEach(tx, func(ev *auditlog.Event) error {
 			if ev.IdempotencyKey == key {
 				evs = append(evs, ev)
 			}

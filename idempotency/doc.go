@@ -17,6 +17,10 @@
 // wait, so that an identical concurrent retry waits for the first call and
 // then replays its answer instead of running the handler twice.
 //
+// The package holds no storage: the record store on bbolt is package
+// boltkeys beside it, and a backend's store is bound to each transaction
+// as the pipeline's Keys.
+//
 // Caveats: Locks is in-process only. The bbolt store holds an exclusive file
 // lock, so no second process can share it; a shared backend (PostgreSQL) must
 // make Put fail on a live record of another writer, which the lookup inside

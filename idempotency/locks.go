@@ -23,7 +23,7 @@ type Locks struct {
 // returned release frees the key; calling it
 // again does nothing.
 func (l *Locks) Acquire(ctx context.Context, principal, key string, wait time.Duration) (release func(), err error) {
-	k := string(indexKey(principal, key))
+	k := principal + "\x00" + key // a principal holds no NUL (its token name)
 	var timer *time.Timer
 	for {
 		l.mu.Lock()

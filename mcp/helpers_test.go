@@ -18,6 +18,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/mcp"
@@ -210,7 +211,7 @@ func (s *server) AuditEvents() []*auditlog.Event {
 	s.t.Helper()
 	var evs []*auditlog.Event
 	err := s.db.View(context.Background(), func(tx *kv.Tx) error {
-		return auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
+		return boltlog.Log{}.ForEach(tx, func(e *auditlog.Event) error {
 			evs = append(evs, e)
 			return nil
 		})

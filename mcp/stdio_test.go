@@ -14,6 +14,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/mcp"
@@ -236,7 +237,7 @@ func TestStdio_AnswersEverythingReadBeforeEOF(t *testing.T) {
 	}
 	var events int
 	s.db.View(context.Background(), func(tx *kv.Tx) error {
-		return auditlog.Bolt{}.ForEach(tx, func(*auditlog.Event) error { events++; return nil })
+		return boltlog.Log{}.ForEach(tx, func(*auditlog.Event) error { events++; return nil })
 	})
 	if events != calls {
 		t.Errorf("audit events %d, want %d", events, calls)

@@ -41,6 +41,15 @@
 // returns nil: a panic inside a write transaction rolls it back and is
 // recorded as a failure; any other becomes INTERNAL.
 //
+// The storage seam is typed. A Pipeline[D] runs tools whose handlers work
+// on the domain store D (handlers.Store for the built-in tools), on a
+// Storage[D] whose every transaction, a Tx[D], hands out the key store,
+// the audit log and the domain store bound to it: a write's change, its
+// record and its event cannot come from different backends, and a
+// backend whose domain store is not the tools' does not compile. The
+// package imports no database; pipeline/boltdb is the bbolt backend.
+// Transports see a pipeline as a Service, whatever its D.
+//
 // Errors have two faces: *Error's Code, Message and Retry reach the client;
 // its Err is the private cause, for logs. Public turns any other error into
 // INTERNAL with the fixed message "Internal error.".

@@ -12,7 +12,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
@@ -276,7 +278,7 @@ func (e *env) events() []*auditlog.Event {
 	e.t.Helper()
 	var evs []*auditlog.Event
 	e.view(func(tx *bolt.Tx) error {
-		return auditlog.Bolt{}.ForEach(kv.Wrap(tx), func(ev *auditlog.Event) error {
+		return boltlog.Log{}.ForEach(kv.Wrap(tx), func(ev *auditlog.Event) error {
 			evs = append(evs, ev)
 			return nil
 		})
@@ -289,7 +291,7 @@ func (e *env) record(principal, key string) *idempotency.Record {
 	var r *idempotency.Record
 	e.view(func(tx *bolt.Tx) error {
 		var err error
-		r, err = idempotency.Bolt{}.Get(kv.Wrap(tx), principal, key)
+		r, err = boltkeys.Store{}.Get(kv.Wrap(tx), principal, key)
 		return err
 	})
 	return r

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/digest"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
@@ -171,7 +172,7 @@ func (l *localSource) view(fn func(tx *kv.Tx) error) error {
 	return l.db.Bolt().View(func(tx *bolt.Tx) error { return fn(kv.Wrap(tx)) })
 }
 
-var auditLog auditlog.Bolt
+var auditLog boltlog.Log
 
 func (l *localSource) List(_ context.Context, f auditlog.Filter, after uint64, limit int) (events []*auditlog.Event, next uint64, err error) {
 	err = l.view(func(tx *kv.Tx) error {

@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/metrics"
@@ -250,7 +251,7 @@ func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) 
 		return nil, err
 	}
 	ctx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
-	cp := &auditlog.Checkpointer{Storage: store, Key: key, Every: 1000, Interval: time.Minute, Logger: log}
+	cp := &boltlog.Checkpointer{Storage: store, Key: key, Every: 1000, Interval: time.Minute, Logger: log}
 	s.background.Go(func() { cp.Run(ctx) })
 	s.background.Go(func() { s.p.Run(ctx) })
 	return s, nil

@@ -20,7 +20,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -267,7 +269,7 @@ func (s *store) count(bucket string) int {
 func (s *store) events() []*auditlog.Event {
 	var evs []*auditlog.Event
 	s.view(func(tx *bolt.Tx) error {
-		return auditlog.Bolt{}.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
+		return boltlog.Log{}.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
 			evs = append(evs, e)
 			return nil
 		})
@@ -289,7 +291,7 @@ func (s *store) record(principal, key string) *idempotency.Record {
 	var r *idempotency.Record
 	s.view(func(tx *bolt.Tx) error {
 		var err error
-		r, err = idempotency.Bolt{}.Get(kv.Wrap(tx), principal, key)
+		r, err = boltkeys.Store{}.Get(kv.Wrap(tx), principal, key)
 		return err
 	})
 	return r

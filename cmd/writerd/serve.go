@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/mcp"
@@ -299,7 +300,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var background sync.WaitGroup
-	checkpointer := &auditlog.Checkpointer{Storage: store, Key: key, Every: c.cpEvery, Interval: c.cpInterval, Logger: log}
+	checkpointer := &boltlog.Checkpointer{Storage: store, Key: key, Every: c.cpEvery, Interval: c.cpInterval, Logger: log}
 	background.Go(func() { c.whenOpen(ctx, log, store, p, checkpointer) })
 
 	var httpSrv *http.Server
@@ -411,7 +412,7 @@ func listenAddr(ln net.Listener) string {
 // once that it opened, then collects expired keys and signs audit
 // checkpoints until ctx ends, and a last checkpoint then. While
 // the store is held, nothing is collected, so nothing fails to be.
-func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *boltdb.Pending, p *pipeline.Pipeline[handlers.Store], cp *auditlog.Checkpointer) {
+func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *boltdb.Pending, p *pipeline.Pipeline[handlers.Store], cp *boltlog.Checkpointer) {
 	waited := !store.IsOpen()
 	if waited {
 		log.Warn("store in use by another writerd process; answering tool calls UNAVAILABLE until it exits",

@@ -8,6 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -33,7 +34,7 @@ type Target struct {
 // them.
 func EventsOf(tx *bolt.Tx) ([]Event, error) {
 	var events []Event
-	err := auditlog.Bolt{}.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
+	err := boltlog.Log{}.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
 		ev := Event{Seq: e.Seq, Tool: e.Tool, OK: e.Outcome == auditlog.OK}
 		for _, t := range e.Targets {
 			ev.Targets = append(ev.Targets, Target{Kind: t.Kind, ID: t.ID, Revision: t.Revision})

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -18,8 +19,8 @@ import (
 // Audit is what the audit API serves: the log, the storage it lives in,
 // and the verifier key auditors check its checkpoints with.
 type Audit struct {
-	Log         auditlog.Bolt
-	Storage     auditlog.Storage
+	Log         boltlog.Log
+	Storage     boltlog.Storage
 	VerifierKey string
 }
 

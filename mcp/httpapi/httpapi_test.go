@@ -21,6 +21,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/mcp"
@@ -46,7 +47,7 @@ type server struct {
 	log          *bytes.Buffer
 	mu           sync.Mutex
 	key          *auditlog.Key
-	checkpointer *auditlog.Checkpointer
+	checkpointer *boltlog.Checkpointer
 }
 
 func (s *server) Write(p []byte) (int, error) {
@@ -94,7 +95,7 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 		t.Fatal(err)
 	}
 	s.key = key
-	s.checkpointer = &auditlog.Checkpointer{Storage: db, Key: key, Every: 1, Interval: time.Hour, Logger: log}
+	s.checkpointer = &boltlog.Checkpointer{Storage: db, Key: key, Every: 1, Interval: time.Hour, Logger: log}
 	h := httpapi.New(httpapi.Config{
 		Pipeline: p,
 		MCP:      mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: log}),
@@ -315,7 +316,7 @@ func TestEdge_RequestID(t *testing.T) {
 	var ev *auditlog.Event
 	s.db.Bolt().View(func(tx *bolt.Tx) error {
 		var err error
-		ev, err = auditlog.Bolt{}.Get(kv.Wrap(tx), 1)
+		ev, err = boltlog.Log{}.Get(kv.Wrap(tx), 1)
 		return err
 	})
 	if ev == nil || ev.RequestID != "req-123.abc" || ev.Transport != pipeline.TransportAPI {
@@ -478,7 +479,7 @@ func TestAudit_API(t *testing.T) {
 		}
 		var canonical []byte
 		s.db.Bolt().View(func(tx *bolt.Tx) error {
-			return auditlog.Bolt{}.Raw(kv.Wrap(tx), func(seq uint64, b []byte) error {
+			return boltlog.Log{}.Raw(kv.Wrap(tx), func(seq uint64, b []byte) error {
 				if seq == answer.Event.Seq {
 					canonical = bytes.Clone(b)
 				}

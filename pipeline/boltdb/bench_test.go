@@ -12,9 +12,11 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
@@ -49,12 +51,12 @@ func mustBenchDB(b *testing.B) string {
 				ev := &auditlog.Event{Time: now, RequestID: op.NewID(), Principal: "local", Transport: "stdio", Tool: "create_project",
 					IdempotencyKey: key, Digest: strings.Repeat("ab", 32), Outcome: auditlog.OK,
 					Targets: []auditlog.Target{{Kind: "project", ID: p.ID, Revision: 1}}, DurationMS: 1.5}
-				if err := (auditlog.Bolt{}).Append(tx, ev); err != nil {
+				if err := (boltlog.Log{}).Append(tx, ev); err != nil {
 					return err
 				}
 				r := &idempotency.Record{Principal: "local", Key: key, Tool: "create_project", Digest: ev.Digest, State: idempotency.Completed,
 					Result: []byte(`{"project":{}}`), AuditID: ev.ID, CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour)}
-				if err := (idempotency.Bolt{}).Put(tx, r); err != nil {
+				if err := (boltkeys.Store{}).Put(tx, r); err != nil {
 					return err
 				}
 			}

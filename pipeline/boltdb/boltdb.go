@@ -13,8 +13,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/auditlog/boltlog"
+	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -70,7 +70,7 @@ func Open(dir string, inits ...func(*kv.Tx) error) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	inits = append([]func(*kv.Tx) error{idempotency.Bolt{}.Init, auditlog.Bolt{}.Init}, inits...)
+	inits = append([]func(*kv.Tx) error{boltkeys.Store{}.Init, boltlog.Log{}.Init}, inits...)
 	err = d.db.Update(func(tx *bolt.Tx) error {
 		for _, init := range inits {
 			if err := init(kv.Wrap(tx)); err != nil {

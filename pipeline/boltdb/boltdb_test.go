@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
@@ -233,7 +234,7 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("a new database fails the check: %v", err)
 	}
 	orphan := &idempotency.Record{Principal: "p", Key: "k-orphan1", Digest: "d", State: idempotency.Completed, AuditID: "01J00000000000000000000000"}
-	if err := db.Update(ctx, func(tx *kv.Tx) error { return idempotency.Bolt{}.Put(tx, orphan) }); err != nil {
+	if err := db.Update(ctx, func(tx *kv.Tx) error { return boltkeys.Store{}.Put(tx, orphan) }); err != nil {
 		t.Fatal(err)
 	}
 	err := db.Bolt().View(boltdb.Check)

@@ -8,7 +8,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
@@ -40,7 +42,7 @@ func Check(btx *bolt.Tx) error {
 	byKey := map[[2]string][]*auditlog.Event{}
 	var want uint64 = 1
 	var last *auditlog.Event
-	err := auditlog.Bolt{}.ForEach(tx, func(e *auditlog.Event) error {
+	err := boltlog.Log{}.ForEach(tx, func(e *auditlog.Event) error {
 		if e.Seq != want {
 			errs = append(errs, fmt.Errorf("audit event %s has seq %d, want %d", e.ID, e.Seq, want))
 		}
@@ -57,11 +59,11 @@ func Check(btx *bolt.Tx) error {
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("audit events: %w", err))...)
 	}
-	if err := (idempotency.Bolt{}).Check(tx); err != nil {
+	if err := (boltkeys.Store{}).Check(tx); err != nil {
 		errs = append(errs, err)
 	}
 	now := time.Now()
-	err = idempotency.Bolt{}.ForEach(tx, func(r *idempotency.Record) error {
+	err = boltkeys.Store{}.ForEach(tx, func(r *idempotency.Record) error {
 		if e := events[r.AuditID]; e == nil || e.IdempotencyKey != r.Key || e.Principal != r.Principal || e.Digest != r.Digest {
 			errs = append(errs, fmt.Errorf("idempotency record %s/%s has no audit event of its key and digest", r.Principal, r.Key))
 		}

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -20,7 +22,7 @@ func plant(t testing.TB, db *boltdb.DB, events []*auditlog.Event, records func(e
 	err := db.Update(ctx, func(tx *kv.Tx) error {
 		for _, e := range events {
 			at := e.Time
-			if err := (auditlog.Bolt{}).Append(tx, e); err != nil {
+			if err := (boltlog.Log{}).Append(tx, e); err != nil {
 				return err
 			}
 			if !e.Time.Equal(at) {
@@ -36,7 +38,7 @@ func plant(t testing.TB, db *boltdb.DB, events []*auditlog.Event, records func(e
 			}
 		}
 		for _, r := range records(events) {
-			if err := (idempotency.Bolt{}).Put(tx, r); err != nil {
+			if err := (boltkeys.Store{}).Put(tx, r); err != nil {
 				return err
 			}
 		}

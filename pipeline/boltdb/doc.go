@@ -2,9 +2,13 @@
 // domain, the idempotency records and the audit log, so that one bbolt
 // transaction commits a write, its record and its audit event together.
 //
-// DB implements pipeline.Storage. Its transactions are *bbolt.Tx values,
-// which the bbolt stores of idempotency, auditlog and handlers/boltstore
-// take as their pipeline.Tx. Every commit is fsynced before Update returns.
+// DB runs transactions of one type, *kv.Tx (a bbolt transaction with
+// savepoints), which every bbolt store takes: idempotency/boltkeys,
+// auditlog/boltlog, handlers/boltstore. Writes are group-committed
+// (group.go), and every commit is fsynced before Update returns. Storage
+// (NewStorage) is the pipeline's Storage[D] on a DB or a Pending: each of
+// its transactions binds the key store, the audit log and the domain
+// store D to one *kv.Tx.
 //
 // bbolt maps the file and trusts it: a truncated file or a damaged page
 // faults (SIGBUS, SIGSEGV), which no recover can catch. So Open and

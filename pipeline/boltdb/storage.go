@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -68,17 +70,17 @@ func (u *stores[D]) Domain() D             { return u.domain }
 type keys struct{ tx *kv.Tx }
 
 func (k keys) Get(principal, key string) (*idempotency.Record, error) {
-	return idempotency.Bolt{}.Get(k.tx, principal, key)
+	return boltkeys.Store{}.Get(k.tx, principal, key)
 }
-func (k keys) Put(r *idempotency.Record) error { return idempotency.Bolt{}.Put(k.tx, r) }
+func (k keys) Put(r *idempotency.Record) error { return boltkeys.Store{}.Put(k.tx, r) }
 func (k keys) HasExpired(now time.Time) (bool, error) {
-	return idempotency.Bolt{}.HasExpired(k.tx, now)
+	return boltkeys.Store{}.HasExpired(k.tx, now)
 }
 func (k keys) Collect(now time.Time, limit int) (int, bool, error) {
-	return idempotency.Bolt{}.Collect(k.tx, now, limit)
+	return boltkeys.Store{}.Collect(k.tx, now, limit)
 }
 
 // audit is the audit log bound to a transaction.
 type audit struct{ tx *kv.Tx }
 
-func (a audit) Append(e *auditlog.Event) error { return auditlog.Bolt{}.Append(a.tx, e) }
+func (a audit) Append(e *auditlog.Event) error { return boltlog.Log{}.Append(a.tx, e) }

@@ -1,4 +1,4 @@
-package auditlog_test
+package boltlog_test
 
 import (
 	"errors"
@@ -10,12 +10,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Events are appended inside the write transaction they record: a write
 // that rolls back takes its event, and its sequence number, with it.
-func ExampleBolt_Append() {
+func ExampleLog_Append() {
 	dir, err := os.MkdirTemp("", "auditlog-example")
 	if err != nil {
 		panic(err)
@@ -27,7 +28,7 @@ func ExampleBolt_Append() {
 	}
 	defer db.Close()
 
-	var log auditlog.Bolt
+	var log boltlog.Log
 	if err := db.Update(func(tx *bolt.Tx) error { return log.Init(kv.Wrap(tx)) }); err != nil {
 		panic(err)
 	}

@@ -1,18 +1,20 @@
-package idempotency
+package boltkeys
 
 import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/writerd/writerd/idempotency"
 )
 
 // FuzzUnmarshal holds the stored form of a record to two promises: any
 // bytes decode or fail without a panic, and a record's stored form
 // decodes to the record, whatever its strings and result hold.
 func FuzzUnmarshal(f *testing.F) {
-	r := &Record{Principal: "agent", Key: "k-00000001", Tool: "create_project", Digest: "d", State: Completed,
+	r := &idempotency.Record{Principal: "agent", Key: "k-00000001", Tool: "create_project", Digest: "d", State: idempotency.Completed,
 		Result: []byte(`{"project":{}}`), AuditID: "01JAUDIT", CreatedAt: time.Unix(1, 2).UTC(), ExpiresAt: time.Unix(3, 4).UTC()}
-	stored, err := r.marshal()
+	stored, err := marshal(r)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -20,7 +22,7 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte{format, 0xff}, "", "", "", "", int64(0), []byte(nil))
 	f.Fuzz(func(t *testing.T, raw []byte, principal, key, digest, code string, ns int64, result []byte) {
 		if r, err := unmarshal(raw); err == nil {
-			again, err := r.marshal()
+			again, err := marshal(r)
 			if err != nil {
 				t.Fatalf("%q decodes to %+v, which does not encode: %v", raw, r, err)
 			}
@@ -28,12 +30,12 @@ func FuzzUnmarshal(f *testing.F) {
 				t.Fatalf("%q decodes to %+v, whose stored form decodes to %+v, %v", raw, r, back, err)
 			}
 		}
-		want := &Record{Principal: principal, Key: key, Tool: "t", Digest: digest, State: Failed, Code: code,
+		want := &idempotency.Record{Principal: principal, Key: key, Tool: "t", Digest: digest, State: idempotency.Failed, Code: code,
 			Result: result, AuditID: "a", CreatedAt: time.Unix(0, ns).UTC(), ExpiresAt: time.Unix(0, ns).In(time.FixedZone("", 3600))}
 		if len(want.Result) == 0 {
 			want.Result = nil // stored as nothing, read back as nil
 		}
-		stored, err := want.marshal()
+		stored, err := marshal(want)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +51,7 @@ func FuzzUnmarshal(f *testing.F) {
 
 // same reports whether two records are equal, their times as instants with
 // one zone offset (a decoded fixed zone is a Location of its own).
-func same(a, b *Record) bool {
+func same(a, b *idempotency.Record) bool {
 	_, ao := a.ExpiresAt.Zone()
 	_, bo := b.ExpiresAt.Zone()
 	x, y := *a, *b

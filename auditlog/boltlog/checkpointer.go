@@ -1,4 +1,4 @@
-package auditlog
+package boltlog
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
@@ -21,9 +22,9 @@ type Storage interface {
 // and a last one when it stops. Checkpoints cost one small write
 // transaction each, outside any call's.
 type Checkpointer struct {
-	Log      Bolt
+	Log      Log
 	Storage  Storage
-	Key      *Key
+	Key      *auditlog.Key
 	Every    uint64        // events between checkpoints
 	Interval time.Duration // the longest an appended event waits for a checkpoint
 	Logger   *slog.Logger
@@ -69,7 +70,7 @@ func (c *Checkpointer) state(ctx context.Context) (size, signed uint64, err erro
 			return err
 		}
 		signed, _, err = c.Log.LatestCheckpoint(tx)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, auditlog.ErrNotFound) {
 			err = nil
 		}
 		return err
@@ -93,7 +94,7 @@ func (c *Checkpointer) Sign(ctx context.Context) (bool, error) {
 		if err != nil {
 			return err
 		}
-		note, err := Checkpoint{Origin: c.Key.Signer.Name(), Size: size, Root: root}.Sign(c.Key.Signer)
+		note, err := auditlog.Checkpoint{Origin: c.Key.Signer.Name(), Size: size, Root: root}.Sign(c.Key.Signer)
 		if err != nil {
 			return err
 		}

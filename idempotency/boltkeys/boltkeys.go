@@ -1,4 +1,4 @@
-package idempotency
+package boltkeys
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
@@ -29,23 +30,23 @@ var (
 // recordKeySize is the size of a record's storage key.
 const recordKeySize = 16
 
-// Bolt is the record store on bbolt. Its methods take the caller's
+// Store is the record store on bbolt. Its methods take the caller's
 // transaction and never open one of their own; pipeline/boltdb binds them
 // to each transaction as the pipeline's key store.
-type Bolt struct{}
+type Store struct{}
 
 // Init creates the buckets; call it once in a writable transaction. A
 // store of the earlier layout is converted.
-func (Bolt) Init(t *kv.Tx) error {
+func (Store) Init(t *kv.Tx) error {
 	if t.Bolt().Bucket(recordBucket) != nil {
 		return nil
 	}
-	var legacy []*Record
+	var legacy []*idempotency.Record
 	if old := t.Bolt().Bucket(indexBucket); old != nil {
 		err := old.ForEach(func(_, v []byte) error {
 			r, err := unmarshalJSON(v)
 			if err != nil {
-				return fmt.Errorf("idempotency: convert a record: %w", err)
+				return fmt.Errorf("boltkeys: convert a record: %w", err)
 			}
 			legacy = append(legacy, r)
 			return nil
@@ -68,8 +69,8 @@ func (Bolt) Init(t *kv.Tx) error {
 		}
 	}
 	for _, r := range legacy {
-		if err := (Bolt{}).Put(t, r); err != nil {
-			return fmt.Errorf("idempotency: convert a record: %w", err)
+		if err := (Store{}).Put(t, r); err != nil {
+			return fmt.Errorf("boltkeys: convert a record: %w", err)
 		}
 	}
 	return nil
@@ -95,7 +96,7 @@ func expiryOf(k []byte) time.Time { return time.Unix(0, int64(binary.BigEndian.U
 func buckets(t *kv.Tx) (index, records *kv.Bucket, err error) {
 	index, records = t.Bucket(indexBucket), t.Bucket(recordBucket)
 	if index == nil || records == nil {
-		return nil, nil, errors.New("idempotency: bucket missing")
+		return nil, nil, errors.New("boltkeys: bucket missing")
 	}
 	records.SetFillPercent(1)
 	return index, records, nil
@@ -103,7 +104,7 @@ func buckets(t *kv.Tx) (index, records *kv.Bucket, err error) {
 
 // Get returns the record of principal's key, or nil if there is none. It
 // returns expired records too; Match treats them as absent.
-func (Bolt) Get(tx *kv.Tx, principal, key string) (*Record, error) {
+func (Store) Get(tx *kv.Tx, principal, key string) (*idempotency.Record, error) {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return nil, err
@@ -114,13 +115,13 @@ func (Bolt) Get(tx *kv.Tx, principal, key string) (*Record, error) {
 	}
 	v := records.Get(rk)
 	if v == nil {
-		return nil, fmt.Errorf("idempotency: the index names a missing record")
+		return nil, fmt.Errorf("boltkeys: the index names a missing record")
 	}
 	return unmarshal(v)
 }
 
 // Put stores r, replacing an expired record of the same key.
-func (Bolt) Put(tx *kv.Tx, r *Record) error {
+func (Store) Put(tx *kv.Tx, r *idempotency.Record) error {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return err
@@ -135,7 +136,7 @@ func (Bolt) Put(tx *kv.Tx, r *Record) error {
 	if err != nil {
 		return err
 	}
-	v, err := r.marshal()
+	v, err := marshal(r)
 	if err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func (Bolt) Put(tx *kv.Tx, r *Record) error {
 
 // HasExpired reports whether any record has expired at now: a read, so
 // that a collector opens no write transaction when nothing expired.
-func (Bolt) HasExpired(tx *kv.Tx, now time.Time) (bool, error) {
+func (Store) HasExpired(tx *kv.Tx, now time.Time) (bool, error) {
 	_, records, err := buckets(tx)
 	if err != nil {
 		return false, err
@@ -160,7 +161,7 @@ func (Bolt) HasExpired(tx *kv.Tx, now time.Time) (bool, error) {
 // Collect deletes up to limit expired records, the earliest first, with
 // their index entries: it touches expired records only. It reports how
 // many it deleted and whether expired records remain.
-func (Bolt) Collect(tx *kv.Tx, now time.Time, limit int) (deleted int, more bool, err error) {
+func (Store) Collect(tx *kv.Tx, now time.Time, limit int) (deleted int, more bool, err error) {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return 0, false, err
@@ -191,7 +192,7 @@ func (Bolt) Collect(tx *kv.Tx, now time.Time, limit int) (deleted int, more bool
 
 // ForEach calls fn with every record, expired or not, in the order they
 // expire, stopping at the first error fn returns.
-func (Bolt) ForEach(tx *kv.Tx, fn func(*Record) error) error {
+func (Store) ForEach(tx *kv.Tx, fn func(*idempotency.Record) error) error {
 	_, records, err := buckets(tx)
 	if err != nil {
 		return err
@@ -208,7 +209,7 @@ func (Bolt) ForEach(tx *kv.Tx, fn func(*Record) error) error {
 // Check verifies the index against the records, one entry per record
 // naming it by its own principal and key, and returns every problem found,
 // joined.
-func (Bolt) Check(tx *kv.Tx) error {
+func (Store) Check(tx *kv.Tx) error {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package auditlog_test
+package boltlog_test
 
 import (
 	"fmt"

@@ -1,12 +1,14 @@
-package auditlog
+package boltlog
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
@@ -77,14 +79,14 @@ func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 		seq := int((n + 1) << level) // the last record's index + 1
 		v := r.b.Get(seqKey(uint64(seq)))
 		if v == nil || len(v) < prefixLen(seq) {
-			return nil, fmt.Errorf("auditlog: tree hash %d: event %d is missing or short", index, seq)
+			return nil, fmt.Errorf("boltlog: tree hash %d: event %d is missing or short", index, seq)
 		}
 		if level == 0 {
 			out[i] = tlog.RecordHash(canonicalOf(seq, v))
 			continue
 		}
 		if level > innerCount(seq) {
-			return nil, fmt.Errorf("auditlog: tree hash %d: event %d has %d inner hashes", index, seq, innerCount(seq))
+			return nil, fmt.Errorf("boltlog: tree hash %d: event %d has %d inner hashes", index, seq, innerCount(seq))
 		}
 		copy(out[i][:], v[leafCheckSize+(level-1)*tlog.HashSize:])
 	}
@@ -92,7 +94,7 @@ func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 }
 
 // TreeHash returns the root hash of the tree of the first size events.
-func (Bolt) TreeHash(tx *kv.Tx, size uint64) (tlog.Hash, error) {
+func (Log) TreeHash(tx *kv.Tx, size uint64) (tlog.Hash, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return tlog.Hash{}, err
@@ -101,39 +103,39 @@ func (Bolt) TreeHash(tx *kv.Tx, size uint64) (tlog.Hash, error) {
 		return tlog.TreeHash(0, hashReader{b})
 	}
 	if b.Get(seqKey(size)) == nil {
-		return tlog.Hash{}, ErrNotFound
+		return tlog.Hash{}, auditlog.ErrNotFound
 	}
 	return tlog.TreeHash(int64(size), hashReader{b})
 }
 
 // InclusionProof proves that the event of sequence number seq is a leaf of
 // the tree of size events (tlog.CheckRecord checks it).
-func (Bolt) InclusionProof(tx *kv.Tx, size, seq uint64) (tlog.RecordProof, error) {
+func (Log) InclusionProof(tx *kv.Tx, size, seq uint64) (tlog.RecordProof, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return nil, err
 	}
 	if seq == 0 || seq > size || b.Get(seqKey(size)) == nil {
-		return nil, ErrNotFound
+		return nil, auditlog.ErrNotFound
 	}
 	return tlog.ProveRecord(int64(size), int64(seq-1), hashReader{b})
 }
 
 // ConsistencyProof proves that the tree of size new extends the tree of
 // size old, 1 <= old <= new (tlog.CheckTree checks it).
-func (Bolt) ConsistencyProof(tx *kv.Tx, old, new uint64) (tlog.TreeProof, error) {
+func (Log) ConsistencyProof(tx *kv.Tx, old, new uint64) (tlog.TreeProof, error) {
 	b, err := eventsOf(tx)
 	if err != nil {
 		return nil, err
 	}
 	if old == 0 || old > new || b.Get(seqKey(new)) == nil {
-		return nil, ErrNotFound // every tree extends the empty one: nothing to prove
+		return nil, auditlog.ErrNotFound // every tree extends the empty one: nothing to prove
 	}
 	return tlog.ProveTree(int64(new), int64(old), hashReader{b})
 }
 
 // PutCheckpoint stores the signed checkpoint of the tree of size events.
-func (Bolt) PutCheckpoint(tx *kv.Tx, size uint64, signed []byte) error {
+func (Log) PutCheckpoint(tx *kv.Tx, size uint64, signed []byte) error {
 	b, err := checkpointsOf(tx)
 	if err != nil {
 		return err
@@ -143,7 +145,7 @@ func (Bolt) PutCheckpoint(tx *kv.Tx, size uint64, signed []byte) error {
 
 // Checkpoints calls fn with each stored checkpoint, by tree size, smallest
 // first. The bytes are valid only during fn.
-func (Bolt) Checkpoints(tx *kv.Tx, fn func(size uint64, signed []byte) error) error {
+func (Log) Checkpoints(tx *kv.Tx, fn func(size uint64, signed []byte) error) error {
 	b, err := checkpointsOf(tx)
 	if err != nil {
 		return err
@@ -152,15 +154,15 @@ func (Bolt) Checkpoints(tx *kv.Tx, fn func(size uint64, signed []byte) error) er
 }
 
 // LatestCheckpoint returns the checkpoint of the largest tree, or
-// ErrNotFound if none was signed yet.
-func (Bolt) LatestCheckpoint(tx *kv.Tx) (size uint64, signed []byte, err error) {
+// auditlog.ErrNotFound if none was signed yet.
+func (Log) LatestCheckpoint(tx *kv.Tx) (size uint64, signed []byte, err error) {
 	b, err := checkpointsOf(tx)
 	if err != nil {
 		return 0, nil, err
 	}
 	k, v := b.Cursor().Last()
 	if k == nil {
-		return 0, nil, ErrNotFound
+		return 0, nil, auditlog.ErrNotFound
 	}
 	return binary.BigEndian.Uint64(k), append([]byte(nil), v...), nil
 }
@@ -168,7 +170,7 @@ func (Bolt) LatestCheckpoint(tx *kv.Tx) (size uint64, signed []byte, err error) 
 func checkpointsOf(t *kv.Tx) (*kv.Bucket, error) {
 	b := t.Bucket(checkpointsBucket)
 	if b == nil {
-		return nil, errors.New("auditlog: buckets missing")
+		return nil, errors.New("boltlog: buckets missing")
 	}
 	b.SetFillPercent(1)
 	return b, nil
@@ -176,7 +178,7 @@ func checkpointsOf(t *kv.Tx) (*kv.Bucket, error) {
 
 // Stream yields the stored events for Verify, each with the leaf check
 // written when it was appended.
-func (Bolt) Stream(tx *kv.Tx) Stream {
+func (Log) Stream(tx *kv.Tx) auditlog.Stream {
 	return func(yield func(seq uint64, canonical []byte, leafCheck []byte) bool) error {
 		b, err := eventsOf(tx)
 		if err != nil {
@@ -198,11 +200,33 @@ func (Bolt) Stream(tx *kv.Tx) Stream {
 }
 
 // SignedCheckpoints returns every stored checkpoint, smallest tree first.
-func (l Bolt) SignedCheckpoints(tx *kv.Tx) ([][]byte, error) {
+func (l Log) SignedCheckpoints(tx *kv.Tx) ([][]byte, error) {
 	var out [][]byte
 	err := l.Checkpoints(tx, func(_ uint64, signed []byte) error {
 		out = append(out, append([]byte(nil), signed...))
 		return nil
 	})
 	return out, err
+}
+
+// Prefix returns the prefix of the tree of size leaves, for an export
+// that starts after it.
+func (Log) Prefix(tx *kv.Tx, size uint64) (auditlog.Prefix, error) {
+	b, err := eventsOf(tx)
+	if err != nil {
+		return auditlog.Prefix{}, err
+	}
+	p := auditlog.Prefix{Size: size}
+	var indexes []int64
+	start := uint64(0)
+	for left := size; left > 0; {
+		level := 63 - bits.LeadingZeros64(left)
+		indexes = append(indexes, tlog.StoredHashIndex(level, int64(start>>level)))
+		start += 1 << level
+		left -= 1 << level
+	}
+	if p.Hashes, err = (hashReader{b}).ReadHashes(indexes); err != nil {
+		return auditlog.Prefix{}, err
+	}
+	return p, nil
 }

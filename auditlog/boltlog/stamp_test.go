@@ -1,18 +1,20 @@
-package auditlog
+package boltlog
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/writerd/writerd/auditlog"
 )
 
 // Ensure stampOf reads the id and time of an event's canonical JSON,
 // wherever they stand, and refuses what is no event's.
 func TestStampOf(t *testing.T) {
 	when := time.Date(2026, 11, 30, 7, 39, 55, 97061795, time.UTC)
-	e := &Event{Seq: 7, ID: "01M8NPASASEMEBB87TEKZ28D4Y", Time: when, Principal: "p", Tool: "t", Outcome: OK,
-		Targets: []Target{{Kind: "project", ID: "01M8NPASASEMEBB87TE8D6P503", Revision: 1}}}
-	c, err := e.canonical()
+	e := &auditlog.Event{Seq: 7, ID: "01M8NPASASEMEBB87TEKZ28D4Y", Time: when, Principal: "p", Tool: "t", Outcome: auditlog.OK,
+		Targets: []auditlog.Target{{Kind: "project", ID: "01M8NPASASEMEBB87TE8D6P503", Revision: 1}}}
+	c, err := e.Canonical()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +54,8 @@ func FuzzStampOf(f *testing.F) {
 	f.Add("01M8NPASASEMEBB87TEKZ28D4Y", int64(1795000000123456789), "k", []byte(`{"id":"A","time":"2026-01-02T03:04:05Z"}`))
 	f.Fuzz(func(t *testing.T, id string, ns int64, key string, raw []byte) {
 		stampOf(raw)
-		e := &Event{ID: id, Time: time.Unix(0, ns).UTC(), IdempotencyKey: key}
-		c, err := e.canonical()
+		e := &auditlog.Event{ID: id, Time: time.Unix(0, ns).UTC(), IdempotencyKey: key}
+		c, err := e.Canonical()
 		if err != nil {
 			return // not an event JSON can hold (invalid UTF-8, a year past 9999)
 		}
@@ -61,7 +63,7 @@ func FuzzStampOf(f *testing.F) {
 		if err != nil {
 			t.Fatalf("stampOf(%s): %v", c, err)
 		}
-		if want, _ := decode(c); gotID != want.ID || !gotTime.Equal(want.Time) {
+		if want, _ := auditlog.DecodeEvent(c); gotID != want.ID || !gotTime.Equal(want.Time) {
 			t.Fatalf("stampOf(%s) = %q, %v; decode reads %q, %v", c, gotID, gotTime, want.ID, want.Time)
 		}
 	})
@@ -70,11 +72,11 @@ func FuzzStampOf(f *testing.F) {
 // BenchmarkStampOf reads the last event's id and time as Append does,
 // against decoding the whole event as it did before.
 func BenchmarkStampOf(b *testing.B) {
-	e := &Event{Seq: 7, ID: "01M8NPASASEMEBB87TEKZ28D4Y", Time: time.Now().UTC(), RequestID: "01M8NPASARA36D4C00D73G1Q97",
+	e := &auditlog.Event{Seq: 7, ID: "01M8NPASASEMEBB87TEKZ28D4Y", Time: time.Now().UTC(), RequestID: "01M8NPASARA36D4C00D73G1Q97",
 		Principal: "bench", Transport: "go", Tool: "create_project", IdempotencyKey: "bench-fd382ffe-0003-000000000",
-		Digest: strings.Repeat("0f", 32), Outcome: OK, DurationMS: 0.289,
-		Targets: []Target{{Kind: "project", ID: "01M8NPASASEMEBB87TE8D6P503", Revision: 1}}}
-	c, err := e.canonical()
+		Digest: strings.Repeat("0f", 32), Outcome: auditlog.OK, DurationMS: 0.289,
+		Targets: []auditlog.Target{{Kind: "project", ID: "01M8NPASASEMEBB87TE8D6P503", Revision: 1}}}
+	c, err := e.Canonical()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func BenchmarkStampOf(b *testing.B) {
 	b.Run("decode", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, err := decode(c); err != nil {
+			if _, err := auditlog.DecodeEvent(c); err != nil {
 				b.Fatal(err)
 			}
 		}

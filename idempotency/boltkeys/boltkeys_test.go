@@ -1,4 +1,4 @@
-package idempotency_test
+package boltkeys_test
 
 import (
 	"bytes"
@@ -15,10 +15,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
-var store idempotency.Bolt
+var store boltkeys.Store
+
+var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
 // MustOpen opens a bbolt file in a temporary directory with the record
 // bucket created. Commits are not fsynced: the tests do not crash.

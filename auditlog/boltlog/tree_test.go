@@ -1,4 +1,4 @@
-package auditlog_test
+package boltlog_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
@@ -139,7 +140,7 @@ type signedLog struct {
 	t   testing.TB
 	db  *bolt.DB
 	key *auditlog.Key
-	cp  *auditlog.Checkpointer
+	cp  *boltlog.Checkpointer
 }
 
 func MustSignedLog(t testing.TB, origin string) *signedLog {
@@ -149,12 +150,12 @@ func MustSignedLog(t testing.TB, origin string) *signedLog {
 		t.Fatal(err)
 	}
 	l := &signedLog{t: t, db: MustOpen(t), key: key}
-	l.cp = &auditlog.Checkpointer{Storage: boltStorage{l.db}, Key: key, Every: 1, Interval: time.Hour,
+	l.cp = &boltlog.Checkpointer{Storage: boltStorage{l.db}, Key: key, Every: 1, Interval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	return l
 }
 
-// boltStorage runs a bare bbolt file as auditlog.Storage.
+// boltStorage runs a bare bbolt file as boltlog.Storage.
 type boltStorage struct{ db *bolt.DB }
 
 func (s boltStorage) Update(_ context.Context, fn func(*kv.Tx) error) error {
@@ -404,7 +405,7 @@ func TestInit_ConvertsTheFormatBeforeTheTree(t *testing.T) {
 	l := &signedLog{t: t, db: db}
 	key, _ := auditlog.LoadKey(filepath.Join(t.TempDir(), "key"), "writerd/test-log", true)
 	l.key = key
-	l.cp = &auditlog.Checkpointer{Storage: boltStorage{db}, Key: key, Every: 1, Interval: time.Hour}
+	l.cp = &boltlog.Checkpointer{Storage: boltStorage{db}, Key: key, Every: 1, Interval: time.Hour}
 	l.sign()
 	if v := l.verify(nil); !v.OK() || v.Events != 7 {
 		t.Fatalf("the converted log: %+v", v)

@@ -1,4 +1,4 @@
-package auditlog_test
+package boltlog_test
 
 import (
 	"bytes"
@@ -17,13 +17,14 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/digest"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-var audit auditlog.Bolt
+var audit boltlog.Log
 
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 123456789, time.UTC)
 
