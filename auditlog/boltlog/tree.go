@@ -28,9 +28,9 @@ import (
 //
 // How many inner hashes an event carries follows from its sequence number
 // alone (innerCount), and the stored hash of any index is found in the
-// event that completed its subtree (hashReader). With writerd's 8 KiB
-// pages this keeps the log within 1.25 times its events' canonical bytes
-// when commits hold several events, 1.4 when each holds one.
+// event that completed its subtree (hashReader). With writerd's 16 KiB
+// pages this keeps the log within 1.3 times its events' canonical bytes,
+// whether commits hold one event or many.
 
 // leafCheckSize is how much of the leaf hash an event's value keeps.
 const leafCheckSize = 8
