@@ -10,20 +10,13 @@ import (
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
-// Storage runs transactions on the bbolt database the log lives in:
-// boltdb.DB and boltdb.Pending are ones.
-type Storage interface {
-	Update(ctx context.Context, fn func(tx *kv.Tx) error) error
-	View(ctx context.Context, fn func(tx *kv.Tx) error) error
-}
-
 // Checkpointer signs checkpoints of a log: once Every events were appended
 // since the last checkpoint, or Interval passed with any event appended,
 // and a last one when it stops. Checkpoints cost one small write
 // transaction each, outside any call's.
 type Checkpointer struct {
 	Log      Log
-	Storage  Storage
+	Storage  kv.Transactor // the database the log lives in
 	Key      *auditlog.Key
 	Every    uint64        // events between checkpoints
 	Interval time.Duration // the longest an appended event waits for a checkpoint

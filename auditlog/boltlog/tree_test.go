@@ -155,7 +155,7 @@ func MustSignedLog(t testing.TB, origin string) *signedLog {
 	return l
 }
 
-// boltStorage runs a bare bbolt file as boltlog.Storage.
+// boltStorage runs a bare bbolt file as a kv.Transactor.
 type boltStorage struct{ db *bolt.DB }
 
 func (s boltStorage) Update(_ context.Context, fn func(*kv.Tx) error) error {

@@ -20,7 +20,7 @@ import (
 // and the verifier key auditors check its checkpoints with.
 type Audit struct {
 	Log         boltlog.Log
-	Storage     boltlog.Storage
+	Storage     kv.Transactor
 	VerifierKey string
 }
 

@@ -18,8 +18,6 @@ import (
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
-var _ boltdb.Transactor = (*boltdb.DB)(nil)
-
 var (
 	ctx    = context.Background()
 	domain = []byte("domain")

@@ -12,15 +12,9 @@ import (
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
-// Transactor runs bbolt transactions with savepoints: DB and Pending.
-type Transactor interface {
-	Update(ctx context.Context, fn func(*kv.Tx) error) error
-	View(ctx context.Context, fn func(*kv.Tx) error) error
-}
-
 var (
-	_ Transactor = (*DB)(nil)
-	_ Transactor = (*Pending)(nil)
+	_ kv.Transactor = (*DB)(nil)
+	_ kv.Transactor = (*Pending)(nil)
 )
 
 // Storage is the pipeline's storage on bbolt: each transaction hands out
@@ -29,13 +23,13 @@ var (
 // built-in tools), so the stores of a transaction are of one backend by
 // construction.
 type Storage[D any] struct {
-	db   Transactor
+	db   kv.Transactor
 	bind func(*kv.Tx) D
 }
 
 // NewStorage returns the pipeline's storage on db, whose domain store bind
 // makes for each transaction.
-func NewStorage[D any](db Transactor, bind func(*kv.Tx) D) *Storage[D] {
+func NewStorage[D any](db kv.Transactor, bind func(*kv.Tx) D) *Storage[D] {
 	return &Storage[D]{db: db, bind: bind}
 }
 

@@ -21,9 +21,20 @@ package kv
 
 import (
 	"bytes"
+	"context"
 
 	bolt "go.etcd.io/bbolt"
 )
+
+// Transactor runs transactions of this kind: boltdb.DB and boltdb.Pending
+// do, and the stores' own background work (the audit log's checkpoints)
+// takes one.
+type Transactor interface {
+	// Update runs fn as one write and commits it durably.
+	Update(ctx context.Context, fn func(*Tx) error) error
+	// View runs fn in a read-only transaction.
+	View(ctx context.Context, fn func(*Tx) error) error
+}
 
 // Tx is a bbolt transaction with savepoints.
 type Tx struct {
