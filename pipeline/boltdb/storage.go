@@ -56,9 +56,9 @@ type stores[D any] struct {
 	domain D
 }
 
-func (u *stores[D]) Keys() pipeline.Keys   { return u.keys }
-func (u *stores[D]) Audit() pipeline.Audit { return u.audit }
-func (u *stores[D]) Domain() D             { return u.domain }
+func (s *stores[D]) Keys() pipeline.Keys   { return s.keys }
+func (s *stores[D]) Audit() pipeline.Audit { return s.audit }
+func (s *stores[D]) Domain() D             { return s.domain }
 
 // keys is the idempotency record store bound to a transaction.
 type keys struct{ tx *kv.Tx }
