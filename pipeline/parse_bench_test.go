@@ -3,49 +3,14 @@ package pipeline_test
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/writerd/writerd/digest"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/benchargs"
 	"github.com/writerd/writerd/pipeline"
 )
-
-// createRecordArgs are the arguments of a realistic create_record of about
-// size bytes: a key, a project, a title with accents, a dozen fields of each
-// type and a body of prose with quotes, line breaks and non-ASCII text,
-// written as a client's encoder writes them.
-func createRecordArgs(size int) []byte {
-	fields := map[string]any{}
-	for i := range 12 {
-		switch i % 4 {
-		case 0:
-			fields[fmt.Sprintf("field_%02d", i)] = fmt.Sprintf("value %d with some text, café", i)
-		case 1:
-			fields[fmt.Sprintf("count.%02d", i)] = i * 37
-		case 2:
-			fields[fmt.Sprintf("ratio-%02d", i)] = float64(i) / 7
-		case 3:
-			fields[fmt.Sprintf("flag_%02d", i)] = i%2 == 0
-		}
-	}
-	args := map[string]any{
-		"idempotency_key": "k-0000000000001",
-		"project_id":      "01JGHJ0QZ5BBBBBBBBBBBBBBBB",
-		"title":           "Quarterly report: naïve résumé <draft>",
-		"fields":          fields,
-	}
-	b, _ := json.Marshal(args)
-	const para = "Lorem ipsum dolor sit amet, \"consectetur\" adipiscing elit.\nSed do eiusmod tempor — incididunt ut labore et dolore magna aliqua. "
-	for n := size - len(b); ; {
-		args["body"] = strings.ToValidUTF8(strings.Repeat(para, n/len(para)+1)[:n], "")
-		if b, _ = json.Marshal(args); len(b) <= size {
-			return b
-		}
-		n -= len(b) - size
-	}
-}
 
 // builtinInfos returns the built-in tools as clients see them, with their
 // strict parse.
@@ -78,7 +43,7 @@ func BenchmarkParse(b *testing.B) {
 	tool := builtinTool(b, "create_record")
 	lim := pipeline.DefaultLimits
 	for _, size := range []int{2 << 10, 64 << 10} {
-		args := createRecordArgs(size)
+		args := benchargs.CreateRecord(size)
 		canonical, err := pipeline.Check(tool, args, lim)
 		if err != nil {
 			b.Fatal(err)
@@ -158,7 +123,7 @@ func BenchmarkCallCPU(b *testing.B) {
 func TestParseBenchmarkArgs(t *testing.T) {
 	tool := builtinTool(t, "create_record")
 	for _, size := range []int{2 << 10, 64 << 10} {
-		args := createRecordArgs(size)
+		args := benchargs.CreateRecord(size)
 		if len(args) < size*9/10 || len(args) > size {
 			t.Errorf("%d bytes of arguments, want about %d", len(args), size)
 		}

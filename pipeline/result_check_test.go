@@ -9,6 +9,7 @@ import (
 
 	"github.com/writerd/writerd/digest"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/benchargs"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -70,7 +71,7 @@ func FuzzCheckResult_BuiltinTools(f *testing.F) {
 func BenchmarkCheckResult(b *testing.B) {
 	tool := builtinTool(b, "create_record")
 	var in handlers.CreateRecordInput
-	if err := json.Unmarshal(createRecordArgs(2<<10), &in); err != nil {
+	if err := json.Unmarshal(benchargs.CreateRecord(2<<10), &in); err != nil {
 		b.Fatal(err)
 	}
 	now := time.Now().UTC()
