@@ -7,9 +7,9 @@ import (
 	"os"
 
 	"github.com/writerd/writerd/handlers"
-	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 )
 
 // Register the built-in tools on a pipeline and create a project, as any

@@ -18,12 +18,12 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
-	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
+	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

@@ -17,12 +17,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
-	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
+	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 )
 
 // bench is one writerd bench: its agents, duration and tool.

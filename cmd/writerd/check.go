@@ -8,8 +8,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 )
 
 // CheckCommand checks a database that no daemon holds.

@@ -9,7 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/handlers/boltstore"
+	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

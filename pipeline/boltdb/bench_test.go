@@ -12,13 +12,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
-	"github.com/writerd/writerd/handlers/boltstore"
 	"github.com/writerd/writerd/idempotency"
-	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/boltkeys"
+	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
+	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

@@ -13,9 +13,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"github.com/writerd/writerd/auditlog/boltlog"
-	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/boltdb/boltkeys"
+	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

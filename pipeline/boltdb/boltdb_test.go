@@ -12,9 +12,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/idempotency"
-	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/boltkeys"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/idempotency"
-	"github.com/writerd/writerd/idempotency/boltkeys"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/boltkeys"
+	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/boltlog"
+	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

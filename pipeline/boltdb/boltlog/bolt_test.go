@@ -17,8 +17,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/digest"
+	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

@@ -8,8 +8,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/boltlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 

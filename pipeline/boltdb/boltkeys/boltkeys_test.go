@@ -15,7 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/idempotency"
-	"github.com/writerd/writerd/idempotency/boltkeys"
+	"github.com/writerd/writerd/pipeline/boltdb/boltkeys"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
