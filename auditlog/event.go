@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/writerd/writerd/digest"
 )
 
@@ -72,4 +74,42 @@ func decode(b []byte) (*Event, error) {
 		return nil, fmt.Errorf("auditlog: decode event: %w", err)
 	}
 	return e, nil
+}
+
+// Follow gives e its place after the event of id prevID and time prevTime
+// ("" and the zero time for the first event of a log): a time no earlier
+// than prevTime and a ULID of its time greater than prevID, so that both
+// follow the sequence whatever the clock did, across restarts too; ByID
+// and List's time bounds rely on that order. A backend's Append calls it
+// with the last event stored.
+func (e *Event) Follow(prevID string, prevTime time.Time) error {
+	if e.Time.Before(prevTime) {
+		e.Time = prevTime
+	}
+	id, err := ulid.New(ulid.Timestamp(e.Time), ulid.DefaultEntropy())
+	if err != nil {
+		return fmt.Errorf("auditlog: new id: %w", err)
+	}
+	if prevID != "" {
+		p, err := ulid.ParseStrict(prevID)
+		if err != nil {
+			return fmt.Errorf("auditlog: previous id: %w", err)
+		}
+		if id.Compare(p) <= 0 {
+			id = increment(p)
+		}
+	}
+	e.ID = id.String()
+	return nil
+}
+
+// increment returns the ULID after u, as a 128-bit number.
+func increment(u ulid.ULID) ulid.ULID {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]++
+		if u[i] != 0 {
+			break
+		}
+	}
+	return u
 }

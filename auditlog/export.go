@@ -67,3 +67,38 @@ func ReadExport(r io.Reader) (*ExportHeader, Stream, error) {
 	}
 	return h, stream, nil
 }
+
+// Export writes the export of the events from sequence number from through
+// the latest checkpoint's size: ErrNoCheckpoint if none was signed yet. A
+// from past the checkpoint exports the header alone.
+func Export(r Reader, w io.Writer, from uint64, verifierKey string) error {
+	size, signed, err := r.LatestCheckpoint()
+	if errors.Is(err, ErrNotFound) {
+		return ErrNoCheckpoint
+	}
+	if err != nil {
+		return err
+	}
+	from = min(max(from, 1), size+1)
+	prefix, err := PrefixOf(r, from-1)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(w)
+	header, err := json.Marshal(ExportHeader{Version: ExportVersion, VerifierKey: verifierKey, Checkpoint: string(signed), Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	bw.Write(append(header, '\n'))
+	err = r.Leaves(from)(func(seq uint64, c, _ []byte) bool {
+		if seq > size {
+			return false
+		}
+		bw.Write(c)
+		return bw.WriteByte('\n') == nil
+	})
+	if err != nil {
+		return err
+	}
+	return bw.Flush()
+}

@@ -157,7 +157,7 @@ func (e *env) AuditEvents(key string) []*auditlog.Event {
 	e.t.Helper()
 	var evs []*auditlog.Event
 	err := e.db.View(context.Background(), func(tx *kv.Tx) error {
-		return boltlog.Log{}.ForEach(tx, func(ev *auditlog.Event) error {
+		return auditlog.All(boltlog.Bind(tx), func(ev *auditlog.Event) error {
 			if ev.IdempotencyKey == key {
 				evs = append(evs, ev)
 			}

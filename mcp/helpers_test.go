@@ -211,7 +211,7 @@ func (s *server) AuditEvents() []*auditlog.Event {
 	s.t.Helper()
 	var evs []*auditlog.Event
 	err := s.db.View(context.Background(), func(tx *kv.Tx) error {
-		return boltlog.Log{}.ForEach(tx, func(e *auditlog.Event) error {
+		return auditlog.All(boltlog.Bind(tx), func(e *auditlog.Event) error {
 			evs = append(evs, e)
 			return nil
 		})

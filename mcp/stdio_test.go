@@ -237,7 +237,7 @@ func TestStdio_AnswersEverythingReadBeforeEOF(t *testing.T) {
 	}
 	var events int
 	s.db.View(context.Background(), func(tx *kv.Tx) error {
-		return boltlog.Log{}.ForEach(tx, func(*auditlog.Event) error { events++; return nil })
+		return auditlog.All(boltlog.Bind(tx), func(*auditlog.Event) error { events++; return nil })
 	})
 	if events != calls {
 		t.Errorf("audit events %d, want %d", events, calls)

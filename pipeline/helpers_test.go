@@ -278,7 +278,7 @@ func (e *env) events() []*auditlog.Event {
 	e.t.Helper()
 	var evs []*auditlog.Event
 	e.view(func(tx *bolt.Tx) error {
-		return boltlog.Log{}.ForEach(kv.Wrap(tx), func(ev *auditlog.Event) error {
+		return auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(ev *auditlog.Event) error {
 			evs = append(evs, ev)
 			return nil
 		})

@@ -1,6 +1,9 @@
 package pipeline
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"net/http"
+)
 
 // Outcome is how a call ended; every call ends in exactly one
 // (docs/DESIGN.md section 9).
@@ -46,4 +49,13 @@ func (r *Result) ErrorJSON() []byte {
 		}})
 	}
 	return b
+}
+
+// WriteError writes r.Err to an HTTP response: the envelope, with its
+// code's catalogue status. Every HTTP edge of writerd answers errors
+// through it.
+func (r *Result) WriteError(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(r.Err.Status())
+	w.Write(r.ErrorJSON())
 }

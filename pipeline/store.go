@@ -54,10 +54,32 @@ type Keys interface {
 	Collect(now time.Time, limit int) (deleted int, more bool, err error)
 }
 
-// Audit appends audit events (docs/DESIGN.md section 7), in one
-// transaction.
+// Audit is the audit log (docs/DESIGN.md section 7) in one transaction:
+// the pipeline appends each call's event to it; auditors, the audit API
+// and the checkpointer read it and store checkpoints through auditlog's
+// read seam, which computes everything else (lookups, listing, proofs,
+// exports) the same way on every backend.
 type Audit interface {
-	// Append assigns the event its sequence number and id and stores it as
-	// part of the transaction.
+	auditlog.Writer
+	// Append assigns the event its sequence number, the next after the
+	// log's size, and its id and time after the last event's
+	// (auditlog.Event.Follow), and stores it as part of the transaction:
+	// it exists exactly when the transaction commits, so that sequence
+	// numbers stay dense however writes fail.
 	Append(e *auditlog.Event) error
+}
+
+// AuditStorage returns the audit log's storage on s, for the checkpointer
+// and the audit API: their transactions are s's, each handing them the
+// transaction's audit log.
+func AuditStorage[D any](s Storage[D]) auditlog.Storage { return auditStorage[D]{s} }
+
+type auditStorage[D any] struct{ s Storage[D] }
+
+func (a auditStorage[D]) View(ctx context.Context, fn func(auditlog.Reader) error) error {
+	return a.s.View(ctx, func(tx Tx[D]) error { return fn(tx.Audit()) })
+}
+
+func (a auditStorage[D]) Update(ctx context.Context, fn func(auditlog.Writer) error) error {
+	return a.s.Update(ctx, func(tx Tx[D]) error { return fn(tx.Audit()) })
 }

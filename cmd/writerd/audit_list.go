@@ -176,7 +176,7 @@ func targetsCell(targets []auditlog.Target) string {
 func writeEventLines(w io.Writer, events []*auditlog.Event) error {
 	var b []byte
 	for _, e := range events {
-		c, err := canonicalEvent(e)
+		c, err := e.Canonical()
 		if err != nil {
 			return err
 		}
@@ -191,7 +191,7 @@ func writeEventLines(w io.Writer, events []*auditlog.Event) error {
 func writeEventsJSON(w io.Writer, events []*auditlog.Event, next uint64) error {
 	b := []byte(`{"events":[`)
 	for i, e := range events {
-		c, err := canonicalEvent(e)
+		c, err := e.Canonical()
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/auditapi"
 )
 
 // auditShow is writerd audit show: one event, and its inclusion in the
@@ -74,7 +75,7 @@ func (c *auditShow) Run(ctx context.Context, args []string) error {
 		return fs.fail("unexpected argument %q: show takes one event", rest[1])
 	}
 	ref := rest[0]
-	if _, _, ok := parseRef(ref); !ok {
+	if _, _, ok := auditapi.ParseRef(ref); !ok {
 		return fs.fail("show takes an event's id (a ULID, such as 01KBBM8Y3E6W5XG0M2J7Q4T9RS) or its sequence number (from 1)")
 	}
 	src, err := c.from.open(ctx)
@@ -83,7 +84,7 @@ func (c *auditShow) Run(ctx context.Context, args []string) error {
 	}
 	defer src.Close()
 	p, err := src.Event(ctx, ref)
-	if errors.Is(err, errNoEvent) {
+	if errors.Is(err, auditapi.ErrNoEvent) {
 		return fmt.Errorf("the audit log has no event %s", ref)
 	}
 	if err != nil {
@@ -118,7 +119,7 @@ type shownInclusion struct {
 	line    string
 }
 
-func inclusionOf(p *provenEvent) shownInclusion {
+func inclusionOf(p *auditapi.ProvenEvent) shownInclusion {
 	if p.Checkpoint == nil {
 		return shownInclusion{Status: "no_checkpoint", line: "no checkpoint has been signed yet: not yet covered by a signature"}
 	}
@@ -127,7 +128,7 @@ func inclusionOf(p *provenEvent) shownInclusion {
 
 // check verifies the checkpoint's signature, then the event's proof
 // against the root it signed.
-func (c *auditShow) check(p *provenEvent, key note.Verifier, in *shownInclusion) {
+func (c *auditShow) check(p *auditapi.ProvenEvent, key note.Verifier, in *shownInclusion) {
 	fail := func(format string, args ...any) {
 		in.Status, in.Problem = "failed", fmt.Sprintf(format, args...)
 		in.line = "FAILED: " + in.Problem
@@ -161,7 +162,7 @@ func (c *auditShow) check(p *provenEvent, key note.Verifier, in *shownInclusion)
 	in.line = fmt.Sprintf("included in the signed tree of size %d", cp.Size)
 }
 
-func (c *auditShow) writeJSON(p *provenEvent, in shownInclusion) error {
+func (c *auditShow) writeJSON(p *auditapi.ProvenEvent, in shownInclusion) error {
 	rest, err := json.Marshal(in)
 	if err != nil {
 		return err
@@ -172,7 +173,7 @@ func (c *auditShow) writeJSON(p *provenEvent, in shownInclusion) error {
 	return err
 }
 
-func (c *auditShow) writeTable(p *provenEvent, in shownInclusion) error {
+func (c *auditShow) writeTable(p *auditapi.ProvenEvent, in shownInclusion) error {
 	e := p.Event
 	rows := [][]string{
 		{"seq:", strconv.FormatUint(e.Seq, 10)},

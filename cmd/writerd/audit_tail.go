@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/auditapi"
 )
 
 // auditTail is writerd audit tail: the newest events, and with --follow
@@ -104,11 +105,11 @@ func (c *auditTail) Run(ctx context.Context, args []string) error {
 		case <-time.After(pollEvery):
 		}
 		for {
-			events, next, err := src.List(ctx, auditlog.Filter{}, after, pageLimit)
+			events, next, err := src.List(ctx, auditlog.Filter{}, after, auditapi.MaxLimit)
 			switch {
 			case ctx.Err() != nil:
 				return nil
-			case errors.Is(err, errHeld), errors.Is(err, errUnreachable):
+			case errors.Is(err, errHeld), errors.Is(err, auditapi.ErrUnreachable):
 				if !waiting {
 					fmt.Fprintf(c.Stderr, "writerd audit tail: %v; trying again every second\n", err)
 					waiting = true

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // auditTokens are the tokens of a daemon that audit tests run: one that
@@ -150,7 +150,8 @@ func mustSeedLog(t testing.TB, now time.Time, events []seeded, checkpointsAt ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(t.Context(), func(tx *kv.Tx) error {
+	err = boltdb.NewStorage(db, boltstore.Bind).Update(t.Context(), func(tx pipeline.Tx[handlers.Store]) error {
+		log := tx.Audit()
 		for i, s := range events {
 			e := &auditlog.Event{
 				Time: now.Add(-s.age), RequestID: fmt.Sprintf("req-%02d", i+1), Principal: s.principal,
@@ -160,11 +161,11 @@ func mustSeedLog(t testing.TB, now time.Time, events []seeded, checkpointsAt ...
 			if s.code != "" {
 				e.Status = 409
 			}
-			if err := auditLog.Append(tx, e); err != nil {
+			if err := log.Append(e); err != nil {
 				return err
 			}
 			if slices.Contains(checkpointsAt, e.Seq) {
-				root, err := auditLog.TreeHash(tx, e.Seq)
+				root, err := auditlog.TreeHash(log, e.Seq)
 				if err != nil {
 					return err
 				}
@@ -172,7 +173,7 @@ func mustSeedLog(t testing.TB, now time.Time, events []seeded, checkpointsAt ...
 				if err != nil {
 					return err
 				}
-				if err := auditLog.PutCheckpoint(tx, e.Seq, signed); err != nil {
+				if err := log.PutCheckpoint(e.Seq, signed); err != nil {
 					return err
 				}
 			}

@@ -21,7 +21,6 @@ import (
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 )
 
@@ -245,13 +244,14 @@ func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) 
 		m.Commit(d, writes)
 		s.commits.observe(d, writes)
 	})
-	s.p = pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(store, boltstore.Bind), Logger: log, Metrics: m})
+	storage := boltdb.NewStorage(store, boltstore.Bind)
+	s.p = pipeline.New(pipeline.Config[handlers.Store]{Storage: storage, Logger: log, Metrics: m})
 	if err := s.p.Register(handlers.Tools()...); err != nil {
 		store.Close()
 		return nil, err
 	}
 	ctx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
-	cp := &boltlog.Checkpointer{Storage: store, Key: key, Every: 1000, Interval: time.Minute, Logger: log}
+	cp := &auditlog.Checkpointer{Storage: pipeline.AuditStorage(storage), Key: key, Every: 1000, Interval: time.Minute, Logger: log}
 	s.background.Go(func() { cp.Run(ctx) })
 	s.background.Go(func() { s.p.Run(ctx) })
 	return s, nil

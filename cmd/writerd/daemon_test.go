@@ -269,7 +269,7 @@ func (s *store) count(bucket string) int {
 func (s *store) events() []*auditlog.Event {
 	var evs []*auditlog.Event
 	s.view(func(tx *bolt.Tx) error {
-		return boltlog.Log{}.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
+		return auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(e *auditlog.Event) error {
 			evs = append(evs, e)
 			return nil
 		})

@@ -26,7 +26,6 @@ import (
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -257,7 +256,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	metrics.RegisterProcess(reg, version(), runtime.Version())
-	var storage pipeline.Storage[handlers.Store] = boltdb.NewStorage(store, boltstore.Bind)
+	base := boltdb.NewStorage(store, boltstore.Bind)
+	var storage pipeline.Storage[handlers.Store] = base
 	if wrapStorage != nil {
 		storage = wrapStorage(storage)
 	}
@@ -300,13 +300,13 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var background sync.WaitGroup
-	checkpointer := &boltlog.Checkpointer{Storage: store, Key: key, Every: c.cpEvery, Interval: c.cpInterval, Logger: log}
+	checkpointer := &auditlog.Checkpointer{Storage: pipeline.AuditStorage(base), Key: key, Every: c.cpEvery, Interval: c.cpInterval, Logger: log}
 	background.Go(func() { c.whenOpen(ctx, log, store, p, checkpointer) })
 
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
 	if ln != nil {
-		httpSrv = c.httpServer(log, p, store, authn, reg, m, key)
+		httpSrv = c.httpServer(log, p, store, pipeline.AuditStorage(base), authn, reg, m, key)
 		go func() { httpDone <- httpSrv.Serve(ln) }()
 		if authn.tokens != nil {
 			background.Go(func() { authn.reloadOnHangup(ctx, log) })
@@ -363,7 +363,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 // httpServer builds the HTTP daemon: the edge and routes of package
 // httpapi, with MCP over Streamable HTTP, on a server with every timeout
 // set.
-func (c *ServeCommand) httpServer(log *slog.Logger, p pipeline.Service, store *boltdb.Pending, authn *authenticator, reg *prometheus.Registry, m *metrics.Metrics, key *auditlog.Key) *http.Server {
+func (c *ServeCommand) httpServer(log *slog.Logger, p pipeline.Service, store *boltdb.Pending, audit auditlog.Viewer, authn *authenticator, reg *prometheus.Registry, m *metrics.Metrics, key *auditlog.Key) *http.Server {
 	mcpSrv := mcp.NewServer(p, mcp.Options{
 		Version: version(), Logger: log, MinProtocol: "2025-06-18",
 		Caller: func(ctx context.Context, _ *sdk.CallToolRequest) pipeline.Caller {
@@ -385,7 +385,7 @@ func (c *ServeCommand) httpServer(log *slog.Logger, p pipeline.Service, store *b
 			}
 			return db.Update(ctx, func(*kv.Tx) error { return nil })
 		},
-		Audit:    &httpapi.Audit{Storage: store, VerifierKey: key.VerifierKey},
+		Audit:    &httpapi.Audit{Log: audit, VerifierKey: key.VerifierKey},
 		Gatherer: reg, Metrics: m, Logger: log, MaxBody: c.maxBody,
 	})
 	return &http.Server{
@@ -412,7 +412,7 @@ func listenAddr(ln net.Listener) string {
 // once that it opened, then collects expired keys and signs audit
 // checkpoints until ctx ends, and a last checkpoint then. While
 // the store is held, nothing is collected, so nothing fails to be.
-func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *boltdb.Pending, p *pipeline.Pipeline[handlers.Store], cp *boltlog.Checkpointer) {
+func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *boltdb.Pending, p *pipeline.Pipeline[handlers.Store], cp *auditlog.Checkpointer) {
 	waited := !store.IsOpen()
 	if waited {
 		log.Warn("store in use by another writerd process; answering tool calls UNAVAILABLE until it exits",

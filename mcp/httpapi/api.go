@@ -58,9 +58,7 @@ func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
 			e.Message = "A write needs an Idempotency-Key header: 8 to 128 characters of A-Z, a-z, 0-9 and ._:- chosen by the caller; send the call with one."
 			res.Err = &e
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(res.Err.Status())
-		w.Write(res.ErrorJSON())
+		res.WriteError(w)
 		return
 	}
 	status := http.StatusOK

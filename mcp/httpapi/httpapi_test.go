@@ -47,7 +47,7 @@ type server struct {
 	log          *bytes.Buffer
 	mu           sync.Mutex
 	key          *auditlog.Key
-	checkpointer *boltlog.Checkpointer
+	checkpointer *auditlog.Checkpointer
 }
 
 func (s *server) Write(p []byte) (int, error) {
@@ -74,7 +74,8 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 	log := slog.New(slog.NewJSONHandler(s, nil))
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind), Logger: log, Metrics: m})
+	storage := boltdb.NewStorage(db, boltstore.Bind)
+	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: storage, Logger: log, Metrics: m})
 	if err := p.Register(handlers.Tools()...); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 		t.Fatal(err)
 	}
 	s.key = key
-	s.checkpointer = &boltlog.Checkpointer{Storage: db, Key: key, Every: 1, Interval: time.Hour, Logger: log}
+	s.checkpointer = &auditlog.Checkpointer{Storage: pipeline.AuditStorage(storage), Key: key, Every: 1, Interval: time.Hour, Logger: log}
 	h := httpapi.New(httpapi.Config{
 		Pipeline: p,
 		MCP:      mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: log}),
@@ -114,7 +115,7 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 			})
 		},
 		Caller: callerOf, Ready: ready, Gatherer: reg, Metrics: m, Logger: log, MaxBody: maxBody,
-		Audit: &httpapi.Audit{Storage: db, VerifierKey: key.VerifierKey},
+		Audit: &httpapi.Audit{Log: pipeline.AuditStorage(storage), VerifierKey: key.VerifierKey},
 	})
 	ts := httptest.NewServer(h)
 	s.url = ts.URL
@@ -316,7 +317,7 @@ func TestEdge_RequestID(t *testing.T) {
 	var ev *auditlog.Event
 	s.db.Bolt().View(func(tx *bolt.Tx) error {
 		var err error
-		ev, err = boltlog.Log{}.Get(kv.Wrap(tx), 1)
+		ev, err = auditlog.Get(boltlog.Bind(kv.Wrap(tx)), 1)
 		return err
 	})
 	if ev == nil || ev.RequestID != "req-123.abc" || ev.Transport != pipeline.TransportAPI {
@@ -479,12 +480,9 @@ func TestAudit_API(t *testing.T) {
 		}
 		var canonical []byte
 		s.db.Bolt().View(func(tx *bolt.Tx) error {
-			return boltlog.Log{}.Raw(kv.Wrap(tx), func(seq uint64, b []byte) error {
-				if seq == answer.Event.Seq {
-					canonical = bytes.Clone(b)
-				}
-				return nil
-			})
+			c, err := boltlog.Bind(kv.Wrap(tx)).Leaf(answer.Event.Seq)
+			canonical = bytes.Clone(c)
+			return err
 		})
 		if answer.Proof.Root != c.Root || tlog.CheckRecord(answer.Proof.Hashes, int64(c.Size), c.Root, int64(answer.Event.Seq-1), tlog.RecordHash(canonical)) != nil {
 			t.Fatalf("event %s: the inclusion proof does not check", ref)

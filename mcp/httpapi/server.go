@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -37,8 +39,8 @@ type Config struct {
 	Caller func(ctx context.Context) (pipeline.Caller, bool)
 	// Ready reports whether the store is open and takes writes (/readyz).
 	Ready func(ctx context.Context) error
-	// Audit is served at /v1/audit to callers with the audit scope; nil
-	// serves no audit API.
+	// Audit is served at /v1/audit to callers with the audit scope (package
+	// auditapi); nil serves no audit API.
 	Audit *Audit
 	// Gatherer is served at /metrics; Metrics counts requests and refusals.
 	Gatherer prometheus.Gatherer
@@ -63,10 +65,18 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("/", s.notFound)
 	if cfg.Audit != nil {
-		s.routeAudit(mux)
+		api := &auditapi.Server{Log: cfg.Audit.Log, VerifierKey: cfg.Audit.VerifierKey, Caller: cfg.Caller, Logger: cfg.Logger}
+		api.Register(mux, cfg.Authenticate)
 	}
 	s.mux = mux
 	return s
+}
+
+// Audit is the audit log the audit API serves, and the verifier key
+// auditors check its checkpoints with.
+type Audit struct {
+	Log         auditlog.Viewer
+	VerifierKey string
 }
 
 type server struct {
@@ -183,10 +193,7 @@ func (s *server) refuse(w http.ResponseWriter, r *http.Request, kind string, e *
 // fail writes an error as the envelope every transport uses, with its
 // catalogue status. It is the one place the edge maps an error to HTTP.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, e *pipeline.Error) {
-	res := &pipeline.Result{RequestID: pipeline.RequestID(r.Context()), Err: e}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.Status())
-	w.Write(res.ErrorJSON())
+	(&pipeline.Result{RequestID: pipeline.RequestID(r.Context()), Err: e}).WriteError(w)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

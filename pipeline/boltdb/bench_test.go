@@ -51,7 +51,7 @@ func mustBenchDB(b *testing.B) string {
 				ev := &auditlog.Event{Time: now, RequestID: op.NewID(), Principal: "local", Transport: "stdio", Tool: "create_project",
 					IdempotencyKey: key, Digest: strings.Repeat("ab", 32), Outcome: auditlog.OK,
 					Targets: []auditlog.Target{{Kind: "project", ID: p.ID, Revision: 1}}, DurationMS: 1.5}
-				if err := (boltlog.Log{}).Append(tx, ev); err != nil {
+				if err := boltlog.Bind(tx).Append(ev); err != nil {
 					return err
 				}
 				r := &idempotency.Record{Principal: "local", Key: key, Tool: "create_project", Digest: ev.Digest, State: idempotency.Completed,

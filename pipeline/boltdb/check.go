@@ -42,7 +42,7 @@ func Check(btx *bolt.Tx) error {
 	byKey := map[[2]string][]*auditlog.Event{}
 	var want uint64 = 1
 	var last *auditlog.Event
-	err := boltlog.Log{}.ForEach(tx, func(e *auditlog.Event) error {
+	err := auditlog.All(boltlog.Bind(tx), func(e *auditlog.Event) error {
 		if e.Seq != want {
 			errs = append(errs, fmt.Errorf("audit event %s has seq %d, want %d", e.ID, e.Seq, want))
 		}

@@ -22,7 +22,7 @@ func plant(t testing.TB, db *boltdb.DB, events []*auditlog.Event, records func(e
 	err := db.Update(ctx, func(tx *kv.Tx) error {
 		for _, e := range events {
 			at := e.Time
-			if err := (boltlog.Log{}).Append(tx, e); err != nil {
+			if err := boltlog.Bind(tx).Append(e); err != nil {
 				return err
 			}
 			if !e.Time.Equal(at) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb/boltkeys"
@@ -46,13 +45,13 @@ func (s *Storage[D]) View(ctx context.Context, fn func(pipeline.Tx[D]) error) er
 }
 
 func (s *Storage[D]) bound(tx *kv.Tx) *stores[D] {
-	return &stores[D]{keys: keys{tx}, audit: audit{tx}, domain: s.bind(tx)}
+	return &stores[D]{keys: keys{tx}, audit: boltlog.Bind(tx), domain: s.bind(tx)}
 }
 
 // stores is one transaction's stores.
 type stores[D any] struct {
 	keys   keys
-	audit  audit
+	audit  boltlog.Log
 	domain D
 }
 
@@ -73,8 +72,3 @@ func (k keys) HasExpired(now time.Time) (bool, error) {
 func (k keys) Collect(now time.Time, limit int) (int, bool, error) {
 	return boltkeys.Store{}.Collect(k.tx, now, limit)
 }
-
-// audit is the audit log bound to a transaction.
-type audit struct{ tx *kv.Tx }
-
-func (a audit) Append(e *auditlog.Event) error { return boltlog.Log{}.Append(a.tx, e) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
@@ -32,7 +33,7 @@ func fill(b testing.TB, db *bolt.DB, n, batch int) (canonical int) {
 	for start := 0; start < n; start += batch {
 		err := db.Update(func(tx *bolt.Tx) error {
 			for i := start; i < min(start+batch, n); i++ {
-				if err := audit.Append(kv.Wrap(tx), benchEvent(i)); err != nil {
+				if err := boltlog.Bind(kv.Wrap(tx)).Append(benchEvent(i)); err != nil {
 					return err
 				}
 			}
@@ -43,7 +44,7 @@ func fill(b testing.TB, db *bolt.DB, n, batch int) (canonical int) {
 		}
 	}
 	db.View(func(tx *bolt.Tx) error {
-		return audit.Raw(kv.Wrap(tx), func(_ uint64, c []byte) error { canonical += len(c); return nil })
+		return raw(kv.Wrap(tx), func(_ uint64, c []byte) error { canonical += len(c); return nil })
 	})
 	return canonical
 }
@@ -99,7 +100,7 @@ func BenchmarkAppend(b *testing.B) {
 		db := MustOpen(b)
 		b.ResetTimer()
 		for i := range b.N {
-			if err := db.Update(func(tx *bolt.Tx) error { return audit.Append(kv.Wrap(tx), benchEvent(i)) }); err != nil {
+			if err := db.Update(func(tx *bolt.Tx) error { return boltlog.Bind(kv.Wrap(tx)).Append(benchEvent(i)) }); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -137,7 +138,7 @@ func BenchmarkVerify(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Update(func(tx *bolt.Tx) error { return audit.Init(kv.Wrap(tx)) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return boltlog.Init(kv.Wrap(tx)) }); err != nil {
 		b.Fatal(err)
 	}
 	canonical := fill(b, db, n, 10_000)
@@ -146,7 +147,7 @@ func BenchmarkVerify(b *testing.B) {
 	start := time.Now()
 	for range b.N {
 		err := db.View(func(tx *bolt.Tx) error {
-			v, err := auditlog.Verify(auditlog.Input{Events: audit.Stream(kv.Wrap(tx))})
+			v, err := auditlog.Verify(auditlog.Input{Events: boltlog.Bind(kv.Wrap(tx)).Leaves(1)})
 			if err == nil && (!v.OK() || v.Events != n) {
 				b.Fatalf("verify: %+v", v)
 			}

@@ -24,8 +24,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-var audit boltlog.Log
-
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 123456789, time.UTC)
 
 // MustOpen opens a bbolt file in a temporary directory, with the audit
@@ -37,7 +35,7 @@ func MustOpen(t testing.TB) *bolt.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := db.Update(func(tx *bolt.Tx) error { return audit.Init(kv.Wrap(tx)) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return boltlog.Init(kv.Wrap(tx)) }); err != nil {
 		t.Fatal(err)
 	}
 	return db
@@ -48,7 +46,7 @@ func MustAppend(t testing.TB, db *bolt.DB, evs ...*auditlog.Event) {
 	t.Helper()
 	err := db.Update(func(tx *bolt.Tx) error {
 		for _, e := range evs {
-			if err := audit.Append(kv.Wrap(tx), e); err != nil {
+			if err := boltlog.Bind(kv.Wrap(tx)).Append(e); err != nil {
 				return err
 			}
 		}
@@ -72,7 +70,7 @@ func stored(t testing.TB, db *bolt.DB) map[uint64][]byte {
 	t.Helper()
 	m := map[uint64][]byte{}
 	MustView(t, db, func(tx *bolt.Tx) error {
-		return audit.Raw(kv.Wrap(tx), func(seq uint64, b []byte) error {
+		return raw(kv.Wrap(tx), func(seq uint64, b []byte) error {
 			m[seq] = bytes.Clone(b)
 			return nil
 		})
@@ -148,10 +146,10 @@ func TestAppend_RolledBack(t *testing.T) {
 	failed := errors.New("the write failed")
 	lost := okEvent(t0)
 	err := db.Update(func(tx *bolt.Tx) error {
-		if err := audit.Append(kv.Wrap(tx), lost); err != nil {
+		if err := boltlog.Bind(kv.Wrap(tx)).Append(lost); err != nil {
 			return err
 		}
-		if err := audit.Append(kv.Wrap(tx), okEvent(t0)); err != nil {
+		if err := boltlog.Bind(kv.Wrap(tx)).Append(okEvent(t0)); err != nil {
 			return err
 		}
 		return failed
@@ -163,7 +161,7 @@ func TestAppend_RolledBack(t *testing.T) {
 		t.Fatalf("events after rollback = %d, want 0", len(got))
 	}
 	MustView(t, db, func(tx *bolt.Tx) error {
-		if _, err := audit.ByID(kv.Wrap(tx), lost.ID); !errors.Is(err, auditlog.ErrNotFound) {
+		if _, err := auditlog.ByID(boltlog.Bind(kv.Wrap(tx)), lost.ID); !errors.Is(err, auditlog.ErrNotFound) {
 			t.Errorf("ByID of a rolled-back event: err = %v, want ErrNotFound", err)
 		}
 		return nil
@@ -241,7 +239,7 @@ func TestAppend_Golden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { return audit.Init(kv.Wrap(tx)) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return boltlog.Init(kv.Wrap(tx)) }); err != nil {
 		t.Fatal(err)
 	}
 	e := failedEvent()
@@ -276,7 +274,7 @@ func TestAppend_Golden(t *testing.T) {
 	}
 	// A verifier recomputes the bytes from the decoded event.
 	MustView(t, db, func(tx *bolt.Tx) error {
-		e, err := audit.Get(kv.Wrap(tx), 1)
+		e, err := auditlog.Get(boltlog.Bind(kv.Wrap(tx)), 1)
 		if err != nil {
 			return err
 		}
@@ -305,33 +303,33 @@ func TestReaders(t *testing.T) {
 
 	MustView(t, db, func(tx *bolt.Tx) error {
 		for _, want := range evs {
-			if got, err := audit.Get(kv.Wrap(tx), want.Seq); err != nil || !reflect.DeepEqual(got, want) {
+			if got, err := auditlog.Get(boltlog.Bind(kv.Wrap(tx)), want.Seq); err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("Get(%d) = %+v, %v, want %+v", want.Seq, got, err, want)
 			}
-			if got, err := audit.ByID(kv.Wrap(tx), want.ID); err != nil || !reflect.DeepEqual(got, want) {
+			if got, err := auditlog.ByID(boltlog.Bind(kv.Wrap(tx)), want.ID); err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("ByID(%s) = %+v, %v, want %+v", want.ID, got, err, want)
 			}
 		}
 		for _, seq := range []uint64{0, 4, 1 << 63} {
-			if _, err := audit.Get(kv.Wrap(tx), seq); !errors.Is(err, auditlog.ErrNotFound) {
+			if _, err := auditlog.Get(boltlog.Bind(kv.Wrap(tx)), seq); !errors.Is(err, auditlog.ErrNotFound) {
 				t.Errorf("Get(%d): err = %v, want ErrNotFound", seq, err)
 			}
 		}
 		for _, id := range []string{"01ARZ3NDEKTSV4RRFFQ69G5FAV", "", evs[0].ID[:25]} {
-			if _, err := audit.ByID(kv.Wrap(tx), id); !errors.Is(err, auditlog.ErrNotFound) {
+			if _, err := auditlog.ByID(boltlog.Bind(kv.Wrap(tx)), id); !errors.Is(err, auditlog.ErrNotFound) {
 				t.Errorf("ByID(%q): err = %v, want ErrNotFound", id, err)
 			}
 		}
 
 		var got []*auditlog.Event
-		if err := audit.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error { got = append(got, e); return nil }); err != nil {
+		if err := auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(e *auditlog.Event) error { got = append(got, e); return nil }); err != nil {
 			return err
 		}
 		if !reflect.DeepEqual(got, evs) {
 			t.Errorf("ForEach gave %+v, want %+v", got, evs)
 		}
 		got = nil
-		err := audit.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
+		err := auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(e *auditlog.Event) error {
 			got = append(got, e)
 			if e.Seq == 2 {
 				return stopped
@@ -343,7 +341,7 @@ func TestReaders(t *testing.T) {
 		}
 
 		var seqs []uint64
-		err = audit.Raw(kv.Wrap(tx), func(seq uint64, b []byte) error {
+		err = raw(kv.Wrap(tx), func(seq uint64, b []byte) error {
 			seqs = append(seqs, seq)
 			var e auditlog.Event
 			if err := json.Unmarshal(b, &e); err != nil || e.Seq != seq {
@@ -359,4 +357,15 @@ func TestReaders(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// raw calls fn with each event's sequence number and canonical bytes, in
+// sequence order, stopping at fn's first error.
+func raw(tx *kv.Tx, fn func(seq uint64, canonical []byte) error) error {
+	var failed error
+	err := boltlog.Bind(tx).Leaves(1)(func(seq uint64, c, _ []byte) bool {
+		failed = fn(seq, c)
+		return failed == nil
+	})
+	return errors.Join(err, failed)
 }

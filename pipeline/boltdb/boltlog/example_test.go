@@ -28,8 +28,7 @@ func ExampleLog_Append() {
 	}
 	defer db.Close()
 
-	var log boltlog.Log
-	if err := db.Update(func(tx *bolt.Tx) error { return log.Init(kv.Wrap(tx)) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return boltlog.Init(kv.Wrap(tx)) }); err != nil {
 		panic(err)
 	}
 	event := func(key string) *auditlog.Event {
@@ -41,7 +40,7 @@ func ExampleLog_Append() {
 	write := func(key string, fail bool) {
 		e := event(key)
 		err := db.Update(func(tx *bolt.Tx) error {
-			if err := log.Append(kv.Wrap(tx), e); err != nil {
+			if err := boltlog.Bind(kv.Wrap(tx)).Append(e); err != nil {
 				return err
 			}
 			if fail {
@@ -56,7 +55,7 @@ func ExampleLog_Append() {
 	write("k-00000003", false)
 
 	_ = db.View(func(tx *bolt.Tx) error {
-		return log.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
+		return auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(e *auditlog.Event) error {
 			fmt.Println(e.Seq, e.IdempotencyKey)
 			return nil
 		})

@@ -5,11 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
-	"github.com/oklog/ulid/v2"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
@@ -32,16 +30,21 @@ var (
 	legacyIDsBucket = []byte("audit_ids")
 )
 
-// Log is the audit log on bbolt. Its methods take the caller's
-// transaction, a read-only one (kv.Wrap of a *bbolt.Tx) for reads;
-// pipeline/boltdb binds Append to each write transaction as the
-// pipeline's audit log. Lookups of what does not exist return
+// Log is the audit log on bbolt, bound to one transaction (Bind): the
+// pipeline's audit log in a write transaction, auditlog's Reader (and
+// Writer) for every reader. Lookups of what does not exist return
 // auditlog.ErrNotFound.
-type Log struct{}
+type Log struct{ tx *kv.Tx }
+
+var _ auditlog.Writer = Log{}
+
+// Bind returns the log in tx, a read-only one (kv.Wrap of a *bbolt.Tx) for
+// reads.
+func Bind(tx *kv.Tx) Log { return Log{tx} }
 
 // Init creates the buckets; call it once in a writable transaction. A log
 // written before events carried their tree hashes is converted in place.
-func (Log) Init(t *kv.Tx) error {
+func Init(t *kv.Tx) error {
 	btx := t.Bolt()
 	for _, name := range [][]byte{eventsBucket, checkpointsBucket} {
 		if _, err := btx.CreateBucketIfNotExists(name); err != nil {
@@ -66,29 +69,24 @@ func eventsOf(t *kv.Tx) (*kv.Bucket, error) {
 func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
 
 // Append assigns e its sequence number and id, stores it and the tree
-// hashes it adds, as part of tx: it exists exactly when tx commits.
+// hashes it adds, as part of the transaction: it exists exactly when the
+// transaction commits.
 //
-// Its time is made no earlier than the previous event's, and its ULID
-// greater than the previous event's, so that both follow the sequence
-// whatever the clock did (across restarts too); ByID relies on the order.
-func (Log) Append(tx *kv.Tx, e *auditlog.Event) error {
-	b, err := eventsOf(tx)
+// Its time and id follow the previous event's (auditlog.Event.Follow),
+// read from that event's bytes without decoding the rest.
+func (l Log) Append(e *auditlog.Event) error {
+	b, err := eventsOf(l.tx)
 	if err != nil {
 		return err
 	}
+	var prevID string
+	var prevTime time.Time
 	if k, last := b.Cursor().Last(); last != nil {
-		prevID, prevTime, err := stampOf(canonicalOf(int(binary.BigEndian.Uint64(k)), last))
-		if err != nil {
+		if prevID, prevTime, err = stampOf(canonicalOf(int(binary.BigEndian.Uint64(k)), last)); err != nil {
 			return err
 		}
-		if e.Time.Before(prevTime) {
-			e.Time = prevTime
-		}
-		e.ID, err = nextID(e.Time, prevID)
-		if err != nil {
-			return err
-		}
-	} else if e.ID, err = nextID(e.Time, ""); err != nil {
+	}
+	if err := e.Follow(prevID, prevTime); err != nil {
 		return err
 	}
 	seq, err := b.NextSequence()
@@ -107,38 +105,9 @@ func (Log) Append(tx *kv.Tx, e *auditlog.Event) error {
 	return b.Put(seqKey(seq), valueOf(hashes, c))
 }
 
-// nextID returns a ULID of the time t greater than prev (if any).
-func nextID(t time.Time, prev string) (string, error) {
-	id, err := ulid.New(ulid.Timestamp(t), ulid.DefaultEntropy())
-	if err != nil {
-		return "", fmt.Errorf("boltlog: new id: %w", err)
-	}
-	if prev != "" {
-		p, err := ulid.ParseStrict(prev)
-		if err != nil {
-			return "", fmt.Errorf("boltlog: previous id: %w", err)
-		}
-		if id.Compare(p) <= 0 {
-			id = increment(p)
-		}
-	}
-	return id.String(), nil
-}
-
-// increment returns the ULID after u, as a 128-bit number.
-func increment(u ulid.ULID) ulid.ULID {
-	for i := len(u) - 1; i >= 0; i-- {
-		u[i]++
-		if u[i] != 0 {
-			break
-		}
-	}
-	return u
-}
-
-// Size returns the number of events, which is the size of the tree.
-func (Log) Size(tx *kv.Tx) (uint64, error) {
-	b, err := eventsOf(tx)
+// Size implements auditlog.Reader: the last event's sequence number.
+func (l Log) Size() (uint64, error) {
+	b, err := eventsOf(l.tx)
 	if err != nil {
 		return 0, err
 	}
@@ -149,9 +118,9 @@ func (Log) Size(tx *kv.Tx) (uint64, error) {
 	return binary.BigEndian.Uint64(k), nil
 }
 
-// Get returns the event with sequence number seq, or auditlog.ErrNotFound.
-func (Log) Get(tx *kv.Tx, seq uint64) (*auditlog.Event, error) {
-	b, err := eventsOf(tx)
+// Leaf implements auditlog.Reader.
+func (l Log) Leaf(seq uint64) ([]byte, error) {
+	b, err := eventsOf(l.tx)
 	if err != nil {
 		return nil, err
 	}
@@ -159,94 +128,30 @@ func (Log) Get(tx *kv.Tx, seq uint64) (*auditlog.Event, error) {
 	if v == nil {
 		return nil, auditlog.ErrNotFound
 	}
-	return auditlog.DecodeEvent(canonicalOf(int(seq), v))
+	return canonicalOf(int(seq), v), nil
 }
 
-// ByID returns the event with the given ULID, or auditlog.ErrNotFound. Ids grow with
-// sequence numbers, so it is a binary search.
-func (l Log) ByID(tx *kv.Tx, id string) (*auditlog.Event, error) {
-	b, err := eventsOf(tx)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := ulid.ParseStrict(id); err != nil {
-		return nil, auditlog.ErrNotFound
-	}
-	size, err := l.Size(tx)
-	if err != nil {
-		return nil, err
-	}
-	var found *auditlog.Event
-	var failed error
-	i := sort.Search(int(size), func(i int) bool {
-		if failed != nil {
-			return true
-		}
-		e, err := auditlog.DecodeEvent(canonicalOf(i+1, b.Get(seqKey(uint64(i+1)))))
-		if err != nil {
-			failed = err
-			return true
-		}
-		if e.ID == id {
-			found = e
-		}
-		return e.ID >= id
-	})
-	switch {
-	case failed != nil:
-		return nil, failed
-	case found != nil:
-		return found, nil
-	case i < int(size):
-		if e, err := l.Get(tx, uint64(i+1)); err == nil && e.ID == id {
-			return e, nil
-		}
-	}
-	return nil, auditlog.ErrNotFound
-}
-
-// Raw calls fn with each event's sequence number and canonical bytes (the
-// leaf of the tree), in sequence order, stopping at the first error fn
-// returns. The bytes are valid only during fn.
-func (Log) Raw(tx *kv.Tx, fn func(seq uint64, canonical []byte) error) error {
-	return rawFrom(tx, 1, fn)
-}
-
-// rawFrom is Raw from the sequence number from on.
-func rawFrom(tx *kv.Tx, from uint64, fn func(seq uint64, canonical []byte) error) error {
-	b, err := eventsOf(tx)
-	if err != nil {
-		return err
-	}
-	c := b.Cursor()
-	for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
-		seq := binary.BigEndian.Uint64(k)
-		if err := fn(seq, canonicalOf(int(seq), v)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Stored calls fn with each event's sequence number and its whole stored
-// value, tree hashes included, in sequence order: what a verifier checks.
-func (Log) Stored(tx *kv.Tx, fn func(seq uint64, value []byte) error) error {
-	b, err := eventsOf(tx)
-	if err != nil {
-		return err
-	}
-	return b.ForEach(func(k, v []byte) error { return fn(binary.BigEndian.Uint64(k), v) })
-}
-
-// ForEach calls fn with each event in sequence order.
-func (l Log) ForEach(tx *kv.Tx, fn func(*auditlog.Event) error) error {
-	return l.Raw(tx, func(_ uint64, c []byte) error {
-		e, err := auditlog.DecodeEvent(c)
+// Leaves implements auditlog.Reader: each event with the leaf check
+// written when it was appended.
+func (l Log) Leaves(from uint64) auditlog.Stream {
+	return func(yield func(seq uint64, canonical []byte, leafCheck []byte) bool) error {
+		b, err := eventsOf(l.tx)
 		if err != nil {
 			return err
 		}
-		return fn(e)
-	})
+		c := b.Cursor()
+		for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
+			seq := int(binary.BigEndian.Uint64(k))
+			var check []byte
+			if len(v) >= leafCheckSize {
+				check = v[:leafCheckSize]
+			}
+			if !yield(uint64(seq), canonicalOf(seq, v), check) {
+				return nil
+			}
+		}
+		return nil
+	}
 }
 
 // convertLegacy rewrites a log of the format before the tree (seq →

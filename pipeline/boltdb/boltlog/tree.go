@@ -1,10 +1,10 @@
 package boltlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 
 	"golang.org/x/mod/sumdb/tlog"
 
@@ -93,70 +93,42 @@ func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	return out, nil
 }
 
-// TreeHash returns the root hash of the tree of the first size events.
-func (Log) TreeHash(tx *kv.Tx, size uint64) (tlog.Hash, error) {
-	b, err := eventsOf(tx)
-	if err != nil {
-		return tlog.Hash{}, err
-	}
-	if size == 0 {
-		return tlog.TreeHash(0, hashReader{b})
-	}
-	if b.Get(seqKey(size)) == nil {
-		return tlog.Hash{}, auditlog.ErrNotFound
-	}
-	return tlog.TreeHash(int64(size), hashReader{b})
-}
-
-// InclusionProof proves that the event of sequence number seq is a leaf of
-// the tree of size events (tlog.CheckRecord checks it).
-func (Log) InclusionProof(tx *kv.Tx, size, seq uint64) (tlog.RecordProof, error) {
-	b, err := eventsOf(tx)
+// ReadHashes implements auditlog.Reader (tlog.HashReader).
+func (l Log) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	b, err := eventsOf(l.tx)
 	if err != nil {
 		return nil, err
 	}
-	if seq == 0 || seq > size || b.Get(seqKey(size)) == nil {
-		return nil, auditlog.ErrNotFound
-	}
-	return tlog.ProveRecord(int64(size), int64(seq-1), hashReader{b})
-}
-
-// ConsistencyProof proves that the tree of size new extends the tree of
-// size old, 1 <= old <= new (tlog.CheckTree checks it).
-func (Log) ConsistencyProof(tx *kv.Tx, old, new uint64) (tlog.TreeProof, error) {
-	b, err := eventsOf(tx)
-	if err != nil {
-		return nil, err
-	}
-	if old == 0 || old > new || b.Get(seqKey(new)) == nil {
-		return nil, auditlog.ErrNotFound // every tree extends the empty one: nothing to prove
-	}
-	return tlog.ProveTree(int64(new), int64(old), hashReader{b})
+	return hashReader{b}.ReadHashes(indexes)
 }
 
 // PutCheckpoint stores the signed checkpoint of the tree of size events.
-func (Log) PutCheckpoint(tx *kv.Tx, size uint64, signed []byte) error {
-	b, err := checkpointsOf(tx)
+func (l Log) PutCheckpoint(size uint64, signed []byte) error {
+	b, err := checkpointsOf(l.tx)
 	if err != nil {
 		return err
 	}
 	return b.Put(seqKey(size), signed)
 }
 
-// Checkpoints calls fn with each stored checkpoint, by tree size, smallest
-// first. The bytes are valid only during fn.
-func (Log) Checkpoints(tx *kv.Tx, fn func(size uint64, signed []byte) error) error {
-	b, err := checkpointsOf(tx)
+// Checkpoints implements auditlog.Reader.
+func (l Log) Checkpoints() ([][]byte, error) {
+	b, err := checkpointsOf(l.tx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return b.ForEach(func(k, v []byte) error { return fn(binary.BigEndian.Uint64(k), v) })
+	var out [][]byte
+	err = b.ForEach(func(_, v []byte) error {
+		out = append(out, bytes.Clone(v))
+		return nil
+	})
+	return out, err
 }
 
 // LatestCheckpoint returns the checkpoint of the largest tree, or
 // auditlog.ErrNotFound if none was signed yet.
-func (Log) LatestCheckpoint(tx *kv.Tx) (size uint64, signed []byte, err error) {
-	b, err := checkpointsOf(tx)
+func (l Log) LatestCheckpoint() (size uint64, signed []byte, err error) {
+	b, err := checkpointsOf(l.tx)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -174,59 +146,4 @@ func checkpointsOf(t *kv.Tx) (*kv.Bucket, error) {
 	}
 	b.SetFillPercent(1)
 	return b, nil
-}
-
-// Stream yields the stored events for Verify, each with the leaf check
-// written when it was appended.
-func (Log) Stream(tx *kv.Tx) auditlog.Stream {
-	return func(yield func(seq uint64, canonical []byte, leafCheck []byte) bool) error {
-		b, err := eventsOf(tx)
-		if err != nil {
-			return err
-		}
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			seq := int(binary.BigEndian.Uint64(k))
-			var check []byte
-			if len(v) >= leafCheckSize {
-				check = v[:leafCheckSize]
-			}
-			if !yield(uint64(seq), canonicalOf(seq, v), check) {
-				return nil
-			}
-		}
-		return nil
-	}
-}
-
-// SignedCheckpoints returns every stored checkpoint, smallest tree first.
-func (l Log) SignedCheckpoints(tx *kv.Tx) ([][]byte, error) {
-	var out [][]byte
-	err := l.Checkpoints(tx, func(_ uint64, signed []byte) error {
-		out = append(out, append([]byte(nil), signed...))
-		return nil
-	})
-	return out, err
-}
-
-// Prefix returns the prefix of the tree of size leaves, for an export
-// that starts after it.
-func (Log) Prefix(tx *kv.Tx, size uint64) (auditlog.Prefix, error) {
-	b, err := eventsOf(tx)
-	if err != nil {
-		return auditlog.Prefix{}, err
-	}
-	p := auditlog.Prefix{Size: size}
-	var indexes []int64
-	start := uint64(0)
-	for left := size; left > 0; {
-		level := 63 - bits.LeadingZeros64(left)
-		indexes = append(indexes, tlog.StoredHashIndex(level, int64(start>>level)))
-		start += 1 << level
-		left -= 1 << level
-	}
-	if p.Hashes, err = (hashReader{b}).ReadHashes(indexes); err != nil {
-		return auditlog.Prefix{}, err
-	}
-	return p, nil
 }

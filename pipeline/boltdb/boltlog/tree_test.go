@@ -59,7 +59,7 @@ func TestTree_RootsAndProofs(t *testing.T) {
 	roots := []tlog.Hash{}
 	leaves := map[uint64][]byte{}
 	MustView(t, db, func(tx *bolt.Tx) error {
-		return audit.Raw(kv.Wrap(tx), func(seq uint64, c []byte) error {
+		return raw(kv.Wrap(tx), func(seq uint64, c []byte) error {
 			leaves[seq] = bytes.Clone(c)
 			return nil
 		})
@@ -77,14 +77,14 @@ func TestTree_RootsAndProofs(t *testing.T) {
 	}
 	MustView(t, db, func(tx *bolt.Tx) error {
 		for size := range uint64(n + 1) {
-			got, err := audit.TreeHash(kv.Wrap(tx), size)
+			got, err := auditlog.TreeHash(boltlog.Bind(kv.Wrap(tx)), size)
 			if err != nil || got != roots[size] {
 				t.Fatalf("TreeHash(%d) = %v, %v, want %v", size, got, err, roots[size])
 			}
 		}
 		for size := uint64(1); size <= n; size += 7 {
 			for seq := uint64(1); seq <= size; seq += 3 {
-				p, err := audit.InclusionProof(kv.Wrap(tx), size, seq)
+				p, err := auditlog.InclusionProof(boltlog.Bind(kv.Wrap(tx)), size, seq)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -93,7 +93,7 @@ func TestTree_RootsAndProofs(t *testing.T) {
 				}
 			}
 			for old := uint64(1); old <= size; old += 5 {
-				p, err := audit.ConsistencyProof(kv.Wrap(tx), old, size)
+				p, err := auditlog.ConsistencyProof(boltlog.Bind(kv.Wrap(tx)), old, size)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -102,7 +102,7 @@ func TestTree_RootsAndProofs(t *testing.T) {
 				}
 			}
 		}
-		if _, err := audit.InclusionProof(kv.Wrap(tx), n, n+1); !errors.Is(err, auditlog.ErrNotFound) {
+		if _, err := auditlog.InclusionProof(boltlog.Bind(kv.Wrap(tx)), n, n+1); !errors.Is(err, auditlog.ErrNotFound) {
 			t.Errorf("a proof of an event past the tree: %v, want ErrNotFound", err)
 		}
 		return nil
@@ -127,7 +127,7 @@ func TestAppend_IDsAndTimesFollowTheSequence(t *testing.T) {
 	}
 	MustView(t, db, func(tx *bolt.Tx) error {
 		for _, want := range evs {
-			if got, err := audit.ByID(kv.Wrap(tx), want.ID); err != nil || got.Seq != want.Seq {
+			if got, err := auditlog.ByID(boltlog.Bind(kv.Wrap(tx)), want.ID); err != nil || got.Seq != want.Seq {
 				t.Errorf("ByID(%s) = %v, %v, want event %d", want.ID, got, err, want.Seq)
 			}
 		}
@@ -140,7 +140,7 @@ type signedLog struct {
 	t   testing.TB
 	db  *bolt.DB
 	key *auditlog.Key
-	cp  *boltlog.Checkpointer
+	cp  *auditlog.Checkpointer
 }
 
 func MustSignedLog(t testing.TB, origin string) *signedLog {
@@ -150,20 +150,20 @@ func MustSignedLog(t testing.TB, origin string) *signedLog {
 		t.Fatal(err)
 	}
 	l := &signedLog{t: t, db: MustOpen(t), key: key}
-	l.cp = &boltlog.Checkpointer{Storage: boltStorage{l.db}, Key: key, Every: 1, Interval: time.Hour,
+	l.cp = &auditlog.Checkpointer{Storage: boltStorage{l.db}, Key: key, Every: 1, Interval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	return l
 }
 
-// boltStorage runs a bare bbolt file as a kv.Transactor.
+// boltStorage runs the log of a bare bbolt file as an auditlog.Storage.
 type boltStorage struct{ db *bolt.DB }
 
-func (s boltStorage) Update(_ context.Context, fn func(*kv.Tx) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(kv.Wrap(tx)) })
+func (s boltStorage) Update(_ context.Context, fn func(auditlog.Writer) error) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return fn(boltlog.Bind(kv.Wrap(tx))) })
 }
 
-func (s boltStorage) View(_ context.Context, fn func(*kv.Tx) error) error {
-	return s.db.View(func(tx *bolt.Tx) error { return fn(kv.Wrap(tx)) })
+func (s boltStorage) View(_ context.Context, fn func(auditlog.Reader) error) error {
+	return s.db.View(func(tx *bolt.Tx) error { return fn(boltlog.Bind(kv.Wrap(tx))) })
 }
 
 func (l *signedLog) sign() {
@@ -178,11 +178,11 @@ func (l *signedLog) verify(against []byte) *auditlog.Verification {
 	l.t.Helper()
 	var v *auditlog.Verification
 	MustView(l.t, l.db, func(tx *bolt.Tx) error {
-		cps, err := audit.SignedCheckpoints(kv.Wrap(tx))
+		cps, err := boltlog.Bind(kv.Wrap(tx)).Checkpoints()
 		if err != nil {
 			return err
 		}
-		v, err = auditlog.Verify(auditlog.Input{Key: l.key.Verifier, Checkpoints: cps, Against: against, Events: audit.Stream(kv.Wrap(tx))})
+		v, err = auditlog.Verify(auditlog.Input{Key: l.key.Verifier, Checkpoints: cps, Against: against, Events: boltlog.Bind(kv.Wrap(tx)).Leaves(1)})
 		return err
 	})
 	return v
@@ -193,7 +193,7 @@ func (l *signedLog) latest() []byte {
 	var signed []byte
 	MustView(l.t, l.db, func(tx *bolt.Tx) error {
 		var err error
-		_, signed, err = audit.LatestCheckpoint(kv.Wrap(tx))
+		_, signed, err = boltlog.Bind(kv.Wrap(tx)).LatestCheckpoint()
 		return err
 	})
 	return signed
@@ -304,10 +304,10 @@ func TestVerify_FromPrefix(t *testing.T) {
 		var lines [][]byte
 		MustView(t, l.db, func(tx *bolt.Tx) error {
 			var err error
-			if prefix, err = audit.Prefix(kv.Wrap(tx), from-1); err != nil {
+			if prefix, err = auditlog.PrefixOf(boltlog.Bind(kv.Wrap(tx)), from-1); err != nil {
 				return err
 			}
-			return audit.Raw(kv.Wrap(tx), func(seq uint64, c []byte) error {
+			return raw(kv.Wrap(tx), func(seq uint64, c []byte) error {
 				if seq >= from {
 					lines = append(lines, bytes.Clone(c))
 				}
@@ -359,7 +359,7 @@ func TestCheckpointer_Sign(t *testing.T) {
 		t.Fatalf("checkpoint %+v, %v", c, err)
 	}
 	MustView(t, l.db, func(tx *bolt.Tx) error {
-		if root, _ := audit.TreeHash(kv.Wrap(tx), 3); root != c.Root {
+		if root, _ := auditlog.TreeHash(boltlog.Bind(kv.Wrap(tx)), 3); root != c.Root {
 			t.Errorf("the checkpoint's root is not the tree's")
 		}
 		return nil
@@ -392,7 +392,7 @@ func TestInit_ConvertsTheFormatBeforeTheTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { return audit.Init(kv.Wrap(tx)) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return boltlog.Init(kv.Wrap(tx)) }); err != nil {
 		t.Fatal(err)
 	}
 	MustAppendN(t, db, 1)
@@ -405,7 +405,7 @@ func TestInit_ConvertsTheFormatBeforeTheTree(t *testing.T) {
 	l := &signedLog{t: t, db: db}
 	key, _ := auditlog.LoadKey(filepath.Join(t.TempDir(), "key"), "writerd/test-log", true)
 	l.key = key
-	l.cp = &boltlog.Checkpointer{Storage: boltStorage{db}, Key: key, Every: 1, Interval: time.Hour}
+	l.cp = &auditlog.Checkpointer{Storage: boltStorage{db}, Key: key, Every: 1, Interval: time.Hour}
 	l.sign()
 	if v := l.verify(nil); !v.OK() || v.Events != 7 {
 		t.Fatalf("the converted log: %+v", v)
@@ -427,7 +427,9 @@ func TestExport_VerifiesOffline(t *testing.T) {
 	MustAppendN(t, l.db, 2) // after the checkpoint: not exported
 	for _, from := range []uint64{1, 5} {
 		var buf bytes.Buffer
-		MustView(t, l.db, func(tx *bolt.Tx) error { return audit.Export(kv.Wrap(tx), &buf, from, l.key.VerifierKey) })
+		MustView(t, l.db, func(tx *bolt.Tx) error {
+			return auditlog.Export(boltlog.Bind(kv.Wrap(tx)), &buf, from, l.key.VerifierKey)
+		})
 		check := func(b []byte) *auditlog.Verification {
 			h, events, err := auditlog.ReadExport(bytes.NewReader(b))
 			if err != nil {

@@ -34,7 +34,7 @@ type Target struct {
 // them.
 func EventsOf(tx *bolt.Tx) ([]Event, error) {
 	var events []Event
-	err := boltlog.Log{}.ForEach(kv.Wrap(tx), func(e *auditlog.Event) error {
+	err := auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(e *auditlog.Event) error {
 		ev := Event{Seq: e.Seq, Tool: e.Tool, OK: e.Outcome == auditlog.OK}
 		for _, t := range e.Targets {
 			ev.Targets = append(ev.Targets, Target{Kind: t.Kind, ID: t.ID, Revision: t.Revision})

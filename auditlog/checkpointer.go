@@ -1,23 +1,20 @@
-package boltlog
+package auditlog
 
 import (
 	"context"
 	"errors"
 	"log/slog"
 	"time"
-
-	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Checkpointer signs checkpoints of a log: once Every events were appended
 // since the last checkpoint, or Interval passed with any event appended,
 // and a last one when it stops. Checkpoints cost one small write
-// transaction each, outside any call's.
+// transaction each, outside any call's. The policy is the same on every
+// backend; only the transactions are the backend's.
 type Checkpointer struct {
-	Log      Log
-	Storage  kv.Transactor // the database the log lives in
-	Key      *auditlog.Key
+	Storage  Storage // the store the log lives in
+	Key      *Key
 	Every    uint64        // events between checkpoints
 	Interval time.Duration // the longest an appended event waits for a checkpoint
 	Logger   *slog.Logger
@@ -58,12 +55,12 @@ func (c *Checkpointer) Run(ctx context.Context) {
 
 // state returns the log's size and the size of its latest checkpoint.
 func (c *Checkpointer) state(ctx context.Context) (size, signed uint64, err error) {
-	err = c.Storage.View(ctx, func(tx *kv.Tx) error {
-		if size, err = c.Log.Size(tx); err != nil {
+	err = c.Storage.View(ctx, func(r Reader) error {
+		if size, err = r.Size(); err != nil {
 			return err
 		}
-		signed, _, err = c.Log.LatestCheckpoint(tx)
-		if errors.Is(err, auditlog.ErrNotFound) {
+		signed, _, err = r.LatestCheckpoint()
+		if errors.Is(err, ErrNotFound) {
 			err = nil
 		}
 		return err
@@ -78,20 +75,20 @@ func (c *Checkpointer) Sign(ctx context.Context) (bool, error) {
 	if err != nil || size == signed {
 		return false, err
 	}
-	err = c.Storage.Update(ctx, func(tx *kv.Tx) error {
-		size, err := c.Log.Size(tx) // again, inside the write
+	err = c.Storage.Update(ctx, func(w Writer) error {
+		size, err := w.Size() // again, inside the write
 		if err != nil {
 			return err
 		}
-		root, err := c.Log.TreeHash(tx, size)
+		root, err := TreeHash(w, size)
 		if err != nil {
 			return err
 		}
-		note, err := auditlog.Checkpoint{Origin: c.Key.Signer.Name(), Size: size, Root: root}.Sign(c.Key.Signer)
+		note, err := Checkpoint{Origin: c.Key.Signer.Name(), Size: size, Root: root}.Sign(c.Key.Signer)
 		if err != nil {
 			return err
 		}
-		return c.Log.PutCheckpoint(tx, size, note)
+		return w.PutCheckpoint(size, note)
 	})
 	return err == nil, err
 }
