@@ -32,12 +32,13 @@ func (p *Pipeline[D]) update(ctx context.Context, fn func(Tx[D]) error) error {
 func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, digest string, start time.Time) *Result {
 	reqID := RequestID(ctx)
 	key := in.(keyed).idempotencyKey()
+	// One wait for the key in all: for the calls of this process (the
+	// lock), then for those of others sharing the store (the claim).
+	deadline := time.Now().Add(p.cfg.KeyWait)
 	release, err := p.locks.Acquire(ctx, c.Principal, key, p.cfg.KeyWait)
 	if err != nil {
 		if errors.Is(err, idempotency.ErrInUse) {
-			p.cfg.Metrics.Idempotency("in_use")
-			return &Result{RequestID: reqID, Outcome: OutcomeConflict,
-				Err: Errorf(KeyInUse, "Another call with this idempotency key is still running; send the same call again with the same key shortly.")}
+			return p.inUse(reqID)
 		}
 		return &Result{RequestID: reqID, Outcome: OutcomeError,
 			Err: Wrap(Unavailable, err, "The call was cancelled before it ran; send it again with the same key.")}
@@ -54,7 +55,7 @@ func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, d
 	err = p.update(ctx, func(tx Tx[D]) (err error) {
 		defer recoverInto(&err)
 		op.Store, op.Now, op.targets = tx.Domain(), p.now(), nil
-		if rec, err = p.settledRecord(tx, c.Principal, key, digest, op.Now); rec != nil || err != nil {
+		if rec, err = p.claim(tx, c.Principal, key, digest, op.Now, deadline); rec != nil || err != nil {
 			return err
 		}
 		if out, err = p.dispatch(ctx, t, op, in); err != nil {
@@ -66,22 +67,28 @@ func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, d
 		}
 		return tx.Keys().Put(p.record(ev, op.Now, idempotency.Completed, out, ""))
 	})
-	if errors.Is(err, errSettled) {
+	switch {
+	case errors.Is(err, errSettled):
 		return p.settled(reqID, rec, digest, op.Now)
+	case errors.Is(err, idempotency.ErrInUse):
+		return p.inUse(reqID)
 	}
 	p.cfg.Metrics.Idempotency("new")
 	if err != nil {
-		return p.fail(ctx, ev, op, start, err)
+		return p.fail(ctx, ev, op, start, deadline, err)
 	}
 	p.cfg.Metrics.AuditAppend(true)
 	return &Result{RequestID: reqID, Outcome: OutcomeOK, Output: out, AuditID: ev.ID}
 }
 
-// settledRecord looks the key up inside a write transaction. It returns
-// the record and errSettled if the key has a live record, so that the
-// transaction writes nothing and the call is answered from the record.
-func (p *Pipeline[D]) settledRecord(tx Tx[D], principal, key, digest string, now time.Time) (*idempotency.Record, error) {
-	rec, err := tx.Keys().Get(principal, key)
+// claim looks the key up inside a write transaction and claims it for
+// the transaction (Keys' claim rule), waiting for another process's write
+// of the key until deadline at most. It returns the record and errSettled
+// if the key has a live record, so that the transaction writes nothing
+// and the call is answered from the record; idempotency.ErrInUse if the
+// key is still claimed elsewhere after the wait.
+func (p *Pipeline[D]) claim(tx Tx[D], principal, key, digest string, now, deadline time.Time) (*idempotency.Record, error) {
+	rec, err := tx.Keys().Claim(principal, key, time.Until(deadline))
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +96,14 @@ func (p *Pipeline[D]) settledRecord(tx Tx[D], principal, key, digest string, now
 		return nil, nil
 	}
 	return rec, errSettled
+}
+
+// inUse answers a call whose key another call holds, in this process or,
+// through the claim, in another: nothing ran and nothing was recorded.
+func (p *Pipeline[D]) inUse(reqID string) *Result {
+	p.cfg.Metrics.Idempotency("in_use")
+	return &Result{RequestID: reqID, Outcome: OutcomeConflict,
+		Err: Errorf(KeyInUse, "Another call with this idempotency key is still running; send the same call again with the same key shortly.")}
 }
 
 // settled answers a call whose key has a live record: the replay or one of
@@ -115,14 +130,17 @@ func (p *Pipeline[D]) settled(reqID string, rec *idempotency.Record, digest stri
 // have reached the store (bbolt can fail fdatasync after writing the
 // commit's pages), and then the call is answered from its record. If even
 // the receipt cannot be saved, the client gets the fixed INTERNAL error
-// (UNAVAILABLE if the store is closed) and the key stays unused.
-func (p *Pipeline[D]) fail(ctx context.Context, ev *auditlog.Event, op *Op[D], start time.Time, cause error) *Result {
+// (UNAVAILABLE if the store is closed) and the key stays unused; if
+// another process claimed the key meanwhile, the call is answered
+// IDEMPOTENCY_KEY_IN_USE and the other call's record will answer its
+// retry.
+func (p *Pipeline[D]) fail(ctx context.Context, ev *auditlog.Event, op *Op[D], start, deadline time.Time, cause error) *Result {
 	e := handlerError(cause)
 	var rec *idempotency.Record
 	err := p.update(ctx, func(tx Tx[D]) (err error) {
 		defer recoverInto(&err)
 		op.Now = p.now()
-		if rec, err = p.settledRecord(tx, ev.Principal, ev.IdempotencyKey, ev.Digest, op.Now); rec != nil || err != nil {
+		if rec, err = p.claim(tx, ev.Principal, ev.IdempotencyKey, ev.Digest, op.Now, deadline); rec != nil || err != nil {
 			return err
 		}
 		p.finishEvent(ev, op.Now, op.targets, start, e)
@@ -131,10 +149,13 @@ func (p *Pipeline[D]) fail(ctx context.Context, ev *auditlog.Event, op *Op[D], s
 		}
 		return tx.Keys().Put(p.record(ev, op.Now, idempotency.Failed, nil, e.Code))
 	})
-	if errors.Is(err, errSettled) {
+	switch {
+	case errors.Is(err, errSettled):
 		p.log.Warn("a write reported as failed was committed; answered from its record",
 			"request_id", ev.RequestID, "cause", cause.Error())
 		return p.settled(ev.RequestID, rec, ev.Digest, op.Now)
+	case errors.Is(err, idempotency.ErrInUse):
+		return p.inUse(ev.RequestID)
 	}
 	p.cfg.Metrics.AuditAppend(err == nil)
 	if err != nil {

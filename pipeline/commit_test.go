@@ -1,9 +1,11 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -305,4 +307,73 @@ func TestCall_GroupCommitKeepsOutcomesApart(t *testing.T) {
 		t.Fatalf("failed events %d, notes %d; want 110 and %d", failed, e.notes(), n-110)
 	}
 	t.Logf("%d writes and receipts in %d commits", committed.Load(), commits.Load())
+}
+
+// claimedKeys answers Claim as a shared backend does while another
+// process's transaction holds the key past the wait: idempotency.ErrInUse,
+// for the claims that inUse picks; it records the waits it was given.
+type claimedKeys struct {
+	pipeline.Keys
+	inUse func(n int) bool // n: the claims so far, from 1
+	mu    *sync.Mutex
+	waits *[]time.Duration
+}
+
+func (k claimedKeys) Claim(principal, key string, wait time.Duration) (*idempotency.Record, error) {
+	k.mu.Lock()
+	*k.waits = append(*k.waits, wait)
+	n := len(*k.waits)
+	k.mu.Unlock()
+	if k.inUse(n) {
+		return nil, idempotency.ErrInUse
+	}
+	return k.Keys.Claim(principal, key, wait)
+}
+
+// Ensure a key another process holds (Keys.Claim answering ErrInUse) is
+// answered IDEMPOTENCY_KEY_IN_USE with retry same_key, on purpose: no
+// handler change, no event, no record, no failure receipt, and no log line
+// taking it for a failed commit; whether the claim fails before the
+// handler runs or when a failed handler's receipt is saved. Each claim
+// waits what is left of --key-wait.
+func TestCall_KeyClaimedElsewhere(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  string
+		inUse func(n int) bool
+	}{
+		{"before the handler", `{"idempotency_key":"k-00000001","text":"a"}`, func(int) bool { return true }},
+		{"at the failure receipt", `{"idempotency_key":"k-00000001","text":"a","fail":"conflict"}`, func(n int) bool { return n == 2 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var waits []time.Duration
+			var logs bytes.Buffer
+			const keyWait = 3 * time.Second
+			e := MustEnvConfig(t, func(c *pipeline.Config[notes]) {
+				c.Storage = wrapping{Storage: c.Storage, keys: func(k pipeline.Keys) pipeline.Keys {
+					return claimedKeys{Keys: k, inUse: tt.inUse, mu: &mu, waits: &waits}
+				}}
+				c.KeyWait = keyWait
+				c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+			})
+			r := e.call(alice, "put_note", tt.args)
+			mustCode(t, r, pipeline.KeyInUse, pipeline.RetrySameKey)
+			if r.Outcome != pipeline.OutcomeConflict || r.AuditID != "" {
+				t.Errorf("outcome %s, audit id %q: want a conflict that recorded nothing", r.Outcome, r.AuditID)
+			}
+			if e.notes() != 0 || len(e.events()) != 0 || e.record("alice", "k-00000001") != nil {
+				t.Fatalf("notes %d, events %d, record %v: want nothing written", e.notes(), len(e.events()), e.record("alice", "k-00000001"))
+			}
+			if strings.Contains(logs.String(), "reported as failed") {
+				t.Errorf("the log takes the claim for a failed commit:\n%s", logs.String())
+			}
+			for _, w := range waits {
+				if w <= 0 || w > keyWait {
+					t.Errorf("a claim was given the wait %v, want what is left of %v", w, keyWait)
+				}
+			}
+		})
+	}
 }

@@ -41,9 +41,26 @@ type Tx[D any] interface {
 
 // Keys stores idempotency records (docs/DESIGN.md section 5), in one
 // transaction.
+//
+// The claim rule. A call's key is looked up twice: in a read transaction
+// before anything runs (Get), and again inside the write transaction that
+// runs the handler (Claim), which must make sure that the key executes at
+// most once. In one process the pipeline's key locks already serialise
+// the calls of a key, so a backend that one process holds (bbolt locks
+// its file) has nothing more to do: its Claim is Get. A backend that
+// several processes share must also hold off the other processes: while
+// another process's transaction has claimed the key, Claim waits for it
+// to end, at most wait, and then returns the record that transaction
+// committed (nil if it committed none, and the key is this call's now);
+// still held after the wait, it returns idempotency.ErrInUse, which the
+// pipeline answers IDEMPOTENCY_KEY_IN_USE (retry same_key) without
+// recording anything. The claim holds until the transaction ends.
 type Keys interface {
 	// Get returns the record of principal's key, expired or not, or nil.
 	Get(principal, key string) (*idempotency.Record, error)
+	// Claim is Get inside a write transaction, claiming the key for it as
+	// the claim rule above says. wait <= 0 is not to wait.
+	Claim(principal, key string, wait time.Duration) (*idempotency.Record, error)
 	// Put stores a record, replacing an expired one of the same key.
 	Put(r *idempotency.Record) error
 	// HasExpired reports whether any record has expired at now; it is
@@ -52,6 +69,9 @@ type Keys interface {
 	// Collect deletes up to limit expired records, the earliest first,
 	// touching no live one, and reports whether expired records remain.
 	Collect(now time.Time, limit int) (deleted int, more bool, err error)
+	// ForEach calls fn with every record, expired or not, stopping at the
+	// first error fn returns: for the checks of Check.
+	ForEach(fn func(*idempotency.Record) error) error
 }
 
 // Audit is the audit log (docs/DESIGN.md section 7) in one transaction:

@@ -65,7 +65,16 @@ type keys struct{ tx *kv.Tx }
 func (k keys) Get(principal, key string) (*idempotency.Record, error) {
 	return boltkeys.Store{}.Get(k.tx, principal, key)
 }
+
+// Claim is Get: the file is one process's (its lock), whose key locks
+// already keep a key's writes apart.
+func (k keys) Claim(principal, key string, _ time.Duration) (*idempotency.Record, error) {
+	return k.Get(principal, key)
+}
 func (k keys) Put(r *idempotency.Record) error { return boltkeys.Store{}.Put(k.tx, r) }
+func (k keys) ForEach(fn func(*idempotency.Record) error) error {
+	return boltkeys.Store{}.ForEach(k.tx, fn)
+}
 func (k keys) HasExpired(now time.Time) (bool, error) {
 	return boltkeys.Store{}.HasExpired(k.tx, now)
 }
