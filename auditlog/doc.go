@@ -10,15 +10,24 @@
 // golang.org/x/mod/sumdb/tlog computes it). Checkpoints are C2SP signed
 // notes of the tree's size and root.
 //
+// A backend keeps the log behind a small read seam (Reader: the size, each
+// event's canonical bytes, a stream of them, the stored tree hashes, the
+// checkpoints; Writer adds storing a checkpoint; Storage runs the
+// transactions). Everything an auditor reads is computed from it here,
+// the same on every backend: Get and ByID (a binary search: ids grow with
+// the sequence), List with a Filter and a cursor, TreeHash, inclusion and
+// consistency proofs, exports. The Checkpointer signs checkpoints by one
+// policy (every N events, every interval, at shutdown) over Storage.
+//
 // Verify recomputes the tree from a Stream of events and checks it against
 // the checkpoints, keeping O(log n) memory; ReadExport streams an export,
-// so that an auditor verifies with no database and no daemon. Filter
-// selects events for a store's queries.
+// so that an auditor verifies with no database and no daemon. The audit
+// protocol over HTTP, server and client, is package auditapi below.
 //
 // Events hold who, what tool, which key, the request digest, the outcome and
 // the entities touched; never argument values.
 //
-// The package holds no storage and imports no database: the log on bbolt
-// is package boltlog beside it, which a backend binds to each write
-// transaction as the pipeline's Audit.
+// The package holds no storage and imports no database: each backend
+// keeps the log (bbolt's is pipeline/boltdb/boltlog) and binds it to each
+// transaction as the pipeline's Audit, which is a Writer that appends.
 package auditlog

@@ -2,7 +2,6 @@ package handlers_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,8 +15,6 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // mustRecords creates n records in the project, titled by title, and
@@ -383,7 +380,7 @@ func TestDeleteRecords_RefusalsGroupedLargestFirst(t *testing.T) {
 	e.mustReadable(rs[0], rs[1], rs[4], rs[6], rs[7])
 }
 
-// fault makes the bbolt store's DeleteRecord fail once, at its failAt-th
+// fault makes the store's DeleteRecord fail once, at its failAt-th
 // call, with err: a fault in the middle of a walk.
 type fault struct {
 	failAt int
@@ -549,7 +546,7 @@ func TestDeleteRecords_ProjectMissing(t *testing.T) {
 	}
 }
 
-// readCounter counts the reads of the bbolt store, in every transaction.
+// readCounter counts the tools' reads of the store, in every transaction.
 type readCounter struct {
 	mu    sync.Mutex
 	reads int
@@ -657,7 +654,7 @@ func TestDeleteRecords_SelectionIsExactlyOneForm(t *testing.T) {
 // locked either way; and that the confirmed call deletes what the preview
 // selected.
 func TestDeleteRecords_FilterSelects(t *testing.T) {
-	e := MustStart(t)
+	e := MustStartRealClock(t) // records created at times that differ, in id order
 	p := e.CreateProject("alpha")
 	create := func(title, fields string) *handlers.Record {
 		return MustOK[handlers.RecordResult](t, e.Write("create_record",
@@ -812,8 +809,8 @@ func TestDeleteRecords_DetailOnlyOnFaults(t *testing.T) {
 }
 
 // BenchmarkDeleteRecords deletes 200 records with one delete_records call
-// and with 200 delete_record calls, in one run, each on a real bbolt file
-// with every commit fsynced. An op is 200 records deleted in both, so the
+// and with 200 delete_record calls, in one run, each on a fresh store of
+// the tests' backend, a real file with every commit fsynced. An op is 200 records deleted in both, so the
 // ratio of their ns/op is what one commit instead of 200 saves; the run
 // logs it. The records are made before each op, outside the timer, in one
 // transaction of the store's.
@@ -852,25 +849,22 @@ func BenchmarkDeleteRecords(b *testing.B) {
 // seed creates n records in the project in one transaction, straight
 // through the store, and returns their ids: a benchmark's set-up, which
 // needs no audit event as long as the records are deleted before the
-// database is checked.
+// store is checked.
 func (e *env) seed(projectID string, n int) []string {
 	e.t.Helper()
 	var out []string
-	err := e.db.Update(context.Background(), func(tx *kv.Tx) error {
-		now := time.Now().UTC()
+	e.st.Update(func(tx pipeline.Tx[handlers.Store]) error {
+		now := e.st.Now()
 		op := &pipeline.Op[handlers.Store]{Now: now}
 		for range n {
 			r := &handlers.Record{ID: op.NewID(), ProjectID: projectID, Title: "bench", Fields: handlers.Fields{}, Revision: 1, CreatedAt: now, UpdatedAt: now}
-			if err := boltstore.Bind(tx).PutRecord(r); err != nil {
+			if err := tx.Domain().PutRecord(r); err != nil {
 				return err
 			}
 			out = append(out, r.ID)
 		}
 		return nil
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	slices.Sort(out)
 	return out
 }

@@ -8,8 +8,6 @@ import (
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 )
 
 // Register the built-in tools on a pipeline and create a project, as any
@@ -20,13 +18,15 @@ func ExampleTools() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := boltdb.Open(dir, boltstore.Init)
+	// open opens a backend's store of the built-in tools in dir (here
+	// boltstore.Open, the store the daemon runs on).
+	s, err := open(dir)
 	if err != nil {
 		panic(err)
 	}
-	defer db.Close()
+	defer s.Close()
 
-	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind)})
+	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: s})
 	if err := p.Register(handlers.Tools()...); err != nil {
 		panic(err)
 	}

@@ -14,76 +14,95 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
+	"github.com/writerd/writerd/pipeline/storetest"
 )
 
-// env is a pipeline with the built-in tools on a real bbolt file.
+// The backend the tools' tests run on, named here alone: boltstore's,
+// the store the daemon runs on. open is its constructor, for the example,
+// which has no testing.T to make a Backend's store with.
+var (
+	open    = boltstore.Open
+	backend = storetest.InDir(open)
+)
+
+// env is a pipeline with the built-in tools on a fresh store of the
+// backend (a storetest.Env), checked as writerd check does when the test
+// ends.
 type env struct {
 	t    testing.TB
-	db   *boltdb.DB
-	p    *pipeline.Pipeline[handlers.Store]
+	st   *storetest.Env
 	keys int // idempotency keys issued
 }
 
 var caller = pipeline.Caller{Principal: "t", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}
 
-// MustStart opens a database in a temporary directory and registers the
-// tools on a pipeline over it.
+// MustStart opens a fresh store and registers the tools on a pipeline
+// over it, on the env's clock, which stands still unless advanced.
 func MustStart(t testing.TB) *env {
 	t.Helper()
-	return MustStartWith(t, nil, nil)
+	return mustStart(t, nil)
 }
 
-// MustStartWith is MustStart with the tools working through the bbolt
-// store as wrap wraps it in each transaction (nil: as it is), and the
-// pipeline logging to log (nil: nowhere).
+// MustStartRealClock is MustStart on the real clock, as the daemon runs,
+// for tests that need time to pass between calls: times that differ, and
+// ids in the order of their creation. (Ids of one millisecond are in that
+// order only while nothing else draws a ULID between them, and every call
+// draws its request id at the real time: on a clock that stands still,
+// the ids of sequential creates are in no particular order.)
+func MustStartRealClock(t testing.TB) *env {
+	t.Helper()
+	return mustStart(t, func(c *pipeline.Config[handlers.Store]) { c.Now = time.Now })
+}
+
+// MustStartWith is MustStart with the tools working through the store as
+// wrap wraps it in each transaction (nil: as it is), and the pipeline
+// logging to log (nil: nowhere).
 func MustStartWith(t testing.TB, wrap func(handlers.Store) handlers.Store, log *slog.Logger) *env {
 	t.Helper()
-	db, err := boltdb.Open(t.TempDir(), boltstore.Init)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Bolt().View(checkAll); err != nil {
-			t.Error(err)
+	return mustStart(t, func(c *pipeline.Config[handlers.Store]) {
+		if wrap != nil {
+			c.Storage = wrapping{c.Storage, wrap}
 		}
-		db.Close()
+		c.Logger = log
 	})
-	bind := boltstore.Bind
-	if wrap != nil {
-		bind = func(tx *kv.Tx) handlers.Store { return wrap(boltstore.Bind(tx)) }
-	}
-	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, bind), Logger: log})
-	if err := p.Register(handlers.Tools()...); err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, db: db, p: p}
 }
 
-// checkAll runs the checks of writerd check: the pipeline's invariants,
-// then the domain store's against the audit log.
-func checkAll(tx *bolt.Tx) error {
-	if err := boltdb.Check(tx); err != nil {
-		return err
-	}
-	events, err := boltstore.EventsOf(tx)
-	if err != nil {
-		return err
-	}
-	return boltstore.Check(tx, events)
+func mustStart(t testing.TB, configure func(*pipeline.Config[handlers.Store])) *env {
+	t.Helper()
+	return &env{t: t, st: storetest.New(t, backend, storetest.Options{Configure: configure})}
 }
+
+// wrapping is a storage whose transactions hand the tools the domain
+// store as wrap wraps it: a test's way to put a fault or a counter
+// between the tools and the real store. The env's own reads (AuditEvents,
+// the check at the end) go to the store unwrapped.
+type wrapping struct {
+	pipeline.Storage[handlers.Store]
+	wrap func(handlers.Store) handlers.Store
+}
+
+func (w wrapping) Update(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
+	return w.Storage.Update(ctx, func(tx pipeline.Tx[handlers.Store]) error { return fn(wrappedTx{tx, w.wrap}) })
+}
+
+func (w wrapping) View(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
+	return w.Storage.View(ctx, func(tx pipeline.Tx[handlers.Store]) error { return fn(wrappedTx{tx, w.wrap}) })
+}
+
+type wrappedTx struct {
+	pipeline.Tx[handlers.Store]
+	wrap func(handlers.Store) handlers.Store
+}
+
+func (t wrappedTx) Domain() handlers.Store { return t.wrap(t.Tx.Domain()) }
 
 // Call sends raw arguments, as every transport does.
 func (e *env) Call(tool, args string) *pipeline.Result {
-	return e.p.Call(context.Background(), caller, tool, []byte(args))
+	return e.st.Call(caller, tool, args)
 }
 
 // Key returns a new idempotency key.
@@ -155,19 +174,7 @@ func (e *env) GetRecord(projectID, id string) *pipeline.Result {
 // AuditEvents returns the audit events of an idempotency key.
 func (e *env) AuditEvents(key string) []*auditlog.Event {
 	e.t.Helper()
-	var evs []*auditlog.Event
-	err := e.db.View(context.Background(), func(tx *kv.Tx) error {
-		return auditlog.All(boltlog.Bind(tx), func(ev *auditlog.Event) error {
-			if ev.IdempotencyKey == key {
-				evs = append(evs, ev)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return evs
+	return e.st.EventsOf(key)
 }
 
 // MustOneFailure asserts that key has exactly one audit event, a failure
@@ -295,7 +302,7 @@ func TestTools_HappyPath(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.tool, func(t *testing.T) {
-			e := MustStart(t)
+			e := MustStartRealClock(t) // list_projects lists in creation order
 			f := mustFixture(e)
 			args := f.expand(tt.args)
 			read := strings.HasPrefix(tt.tool, "list_") || strings.HasPrefix(tt.tool, "get_")
@@ -402,13 +409,14 @@ func TestRevisionsAndTimes(t *testing.T) {
 	}
 	var p *handlers.Project
 	for rev := int64(1); rev <= 3; rev++ {
+		e.st.Advance(time.Second)
 		p = MustOK[handlers.ProjectResult](t, e.Write("update_project",
 			fmt.Sprintf(`{"project_id":%q,"expected_revision":%d}`, f.P.ID, rev))).Project
 		if p.Revision != rev+1 {
 			t.Fatalf("revision after update %d = %d, want %d", rev, p.Revision, rev+1)
 		}
 	}
-	if !p.CreatedAt.Equal(f.P.CreatedAt) || p.UpdatedAt.Before(p.CreatedAt) {
+	if !p.CreatedAt.Equal(f.P.CreatedAt) || !p.UpdatedAt.After(p.CreatedAt) {
 		t.Fatalf("created_at %v, updated_at %v after updates", p.CreatedAt, p.UpdatedAt)
 	}
 	r := MustOK[handlers.RecordResult](t, e.Write("update_record",
@@ -671,7 +679,7 @@ func (e *env) MustNoTrace(key string) {
 // Ensure lists page through every item once, in creation order, with a
 // cursor on every page but the last.
 func TestPagination(t *testing.T) {
-	e := MustStart(t)
+	e := MustStartRealClock(t)
 	var projects, records []string
 	for i := range 5 {
 		projects = append(projects, e.CreateProject(fmt.Sprintf("p%d", i)).ID)

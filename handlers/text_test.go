@@ -352,7 +352,7 @@ func TestValidate_OnlyInvalidIsARejection(t *testing.T) {
 			return &handlers.DeletedResult{Deleted: handlers.Deleted{ID: "x", Revision: 1}}, nil
 		},
 	})
-	if err := e.p.Register(tool); err != nil {
+	if err := e.st.P.Register(tool); err != nil {
 		t.Fatal(err)
 	}
 	for n, want := range []pipeline.Code{"", pipeline.InvalidInput, pipeline.Internal, pipeline.Internal} {

@@ -17,12 +17,13 @@
 // wait, so that an identical concurrent retry waits for the first call and
 // then replays its answer instead of running the handler twice.
 //
-// The package holds no storage: the record store on bbolt is package
-// boltkeys beside it, and a backend's store is bound to each transaction
-// as the pipeline's Keys.
+// The package holds no storage: each backend keeps the records (bbolt's
+// is pipeline/boltdb/boltkeys) and binds its store to each transaction as
+// the pipeline's Keys.
 //
-// Caveats: Locks is in-process only. The bbolt store holds an exclusive file
-// lock, so no second process can share it; a shared backend (PostgreSQL) must
-// make Put fail on a live record of another writer, which the lookup inside
-// the write transaction then turns into a replay on the next try.
+// Caveats: Locks is in-process only. The bbolt store holds an exclusive
+// file lock, so no second process can share it; a backend that several
+// processes share keeps their calls of one key apart itself, by the claim
+// rule that pipeline.Keys states (Claim waits for another process's write
+// of the key and answers from its record, or ErrInUse).
 package idempotency

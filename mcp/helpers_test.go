@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,12 +20,9 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -32,10 +30,10 @@ var update = flag.Bool("update", false, "rewrite golden files")
 var caller = pipeline.Caller{Principal: "local", Scopes: pipeline.AllScopes, Transport: pipeline.TransportStdio}
 
 // server is writerd's MCP server over a pipeline with the built-in tools on
-// a real bbolt file, and an SDK client connected to it in memory.
+// the daemon's store, and an SDK client connected to it in memory.
 type server struct {
 	t       testing.TB
-	db      *boltdb.DB
+	d       *daemon.Daemon
 	p       *pipeline.Pipeline[handlers.Store]
 	session *sdk.ClientSession
 	frames  *frames       // every JSON-RPC message the client wrote and read
@@ -66,16 +64,16 @@ func MustServeMiddleware(t testing.TB, mw []sdk.Middleware, setup ...func(*sdk.S
 
 func mustServe(t testing.TB, opts *sdk.ClientSessionOptions, mw []sdk.Middleware, setup ...func(*sdk.Server)) *server {
 	t.Helper()
-	db, err := boltdb.Open(t.TempDir(), boltstore.Init)
+	d, err := daemon.Open(context.Background(), daemon.Config{
+		Store:   daemon.StoreConfig{Data: t.TempDir()},
+		KeyFile: filepath.Join(t.TempDir(), "audit.key"),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind)})
-	if err := p.Register(handlers.Tools()...); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{t: t, db: db, p: p, frames: new(frames), log: new(lockedBuffer)}
+	t.Cleanup(func() { d.Close() })
+	p := d.Pipeline
+	s := &server{t: t, d: d, p: p, frames: new(frames), log: new(lockedBuffer)}
 	srv := mcp.NewServer(p, mcp.Options{
 		Version:    "test",
 		Logger:     slog.New(slog.NewJSONHandler(s.log, nil)),
@@ -206,12 +204,12 @@ func (s *server) Call(tool, args string) wire {
 	return decodeWire(s.t, s.frames.lastRead(s.t))
 }
 
-// AuditEvents returns every audit event in the database.
+// AuditEvents returns every audit event in the store.
 func (s *server) AuditEvents() []*auditlog.Event {
 	s.t.Helper()
 	var evs []*auditlog.Event
-	err := s.db.View(context.Background(), func(tx *kv.Tx) error {
-		return auditlog.All(boltlog.Bind(tx), func(e *auditlog.Event) error {
+	err := s.d.Store.View(context.Background(), func(tx pipeline.Tx[handlers.Store]) error {
+		return auditlog.All(tx.Audit(), func(e *auditlog.Event) error {
 			evs = append(evs, e)
 			return nil
 		})

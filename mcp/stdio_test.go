@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,23 +16,20 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // stdio is writerd's MCP server on the Stdio transport over pipes, with the
-// built-in tools on a real bbolt file; a test writes raw frames and reads
+// built-in tools on the daemon's store; a test writes raw frames and reads
 // the answers.
 type stdio struct {
 	t     testing.TB
 	in    *io.PipeWriter
 	out   *bufio.Scanner
 	log   *lockedBuffer
-	db    *boltdb.DB
+	d     *daemon.Daemon
 	done  chan struct{} // closed when the server's Run returns
 	err   error         // what Run returned
 	lines chan string
@@ -43,18 +41,18 @@ const initialize = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"pro
 // notifications/initialized first and reads the answer.
 func MustStdio(t testing.TB, raw bool) *stdio {
 	t.Helper()
-	db, err := boltdb.Open(t.TempDir(), boltstore.Init)
+	d, err := daemon.Open(context.Background(), daemon.Config{
+		Store:   daemon.StoreConfig{Data: t.TempDir()},
+		KeyFile: filepath.Join(t.TempDir(), "audit.key"),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind)})
-	if err := p.Register(handlers.Tools()...); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { d.Close() })
+	p := d.Pipeline
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	s := &stdio{t: t, in: inW, log: new(lockedBuffer), db: db, done: make(chan struct{}), lines: make(chan string, 100)}
+	s := &stdio{t: t, in: inW, log: new(lockedBuffer), d: d, done: make(chan struct{}), lines: make(chan string, 100)}
 	log := slog.New(slog.NewJSONHandler(s.log, nil))
 	srv := mcp.NewServer(p, mcp.Options{Logger: log,
 		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller }})
@@ -236,9 +234,11 @@ func TestStdio_AnswersEverythingReadBeforeEOF(t *testing.T) {
 		}
 	}
 	var events int
-	s.db.View(context.Background(), func(tx *kv.Tx) error {
-		return auditlog.All(boltlog.Bind(tx), func(*auditlog.Event) error { events++; return nil })
-	})
+	if err := s.d.Store.View(context.Background(), func(tx pipeline.Tx[handlers.Store]) error {
+		return auditlog.All(tx.Audit(), func(*auditlog.Event) error { events++; return nil })
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if events != calls {
 		t.Errorf("audit events %d, want %d", events, calls)
 	}

@@ -250,7 +250,7 @@ func TestCall_KeyLookupBeforeConfirmation(t *testing.T) {
 func TestCall_GroupCommitKeepsOutcomesApart(t *testing.T) {
 	var commits, committed atomic.Int64
 	e := MustEnv(t, nil)
-	e.db.ObserveCommits(func(_ time.Duration, writes int) {
+	e.Store.ObserveCommits(func(_ time.Duration, writes int) {
 		commits.Add(1)
 		committed.Add(int64(writes))
 	})

@@ -46,7 +46,13 @@
 // Storage[D] whose every transaction, a Tx[D], hands out the key store,
 // the audit log and the domain store bound to it: a write's change, its
 // record and its event cannot come from different backends, and a
-// backend whose domain store is not the tools' does not compile. The
+// backend whose domain store is not the tools' does not compile. A
+// backend opens its stores as a Store[D]: the Storage, and readiness, the
+// commits, its physical checks and Close, which a daemon needs around it.
+// Keys states the claim rule a store shared by several processes keeps;
+// Audit is auditlog's read seam and the append. Check verifies the
+// pipeline's invariants through the interfaces, on any backend, and
+// package storetest is the conformance suite every backend passes. The
 // package imports no database; pipeline/boltdb is the bbolt backend.
 // Transports see a pipeline as a Service, whatever its D.
 //

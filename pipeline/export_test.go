@@ -10,9 +10,9 @@ import (
 // The strict parse's stages, for the tests and benchmarks of pipeline_test
 // that run the built-in tools (which package pipeline cannot import).
 
-// Check is the strict parse without the decoding: it returns the
+// CheckArgs is the strict parse without the decoding: it returns the
 // canonical arguments or the rejection.
-func Check(t *ToolInfo, args []byte, lim Limits) ([]byte, error) {
+func CheckArgs(t *ToolInfo, args []byte, lim Limits) ([]byte, error) {
 	a, err := t.check(args, lim)
 	return a.Bytes(), err
 }

@@ -3,22 +3,18 @@ package pipeline_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/invopop/jsonschema"
 	"github.com/prometheus/client_golang/prometheus"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/idempotency"
-	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltkeys"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
+	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
+	"github.com/writerd/writerd/pipeline/storetest"
 )
 
 // A put_note with "fail": "slow" signals slowStarted once it runs, then
@@ -26,9 +22,10 @@ import (
 // needs, without timing guesses.
 var slowStarted, slowRelease = make(chan struct{}, 1), make(chan struct{})
 
-// The test tools write notes into a bucket of their own: enough of a domain
-// to show what the pipeline commits and what it rolls back.
-var notesBucket = []byte("notes")
+// The test tools keep each note as a project of the built-in tools' store
+// (its name the note's id, its description the text), through the
+// conformance suite's Env: enough of a domain to show what the pipeline
+// commits and what it rolls back, on a real store.
 
 type noteIn struct {
 	pipeline.Key
@@ -76,13 +73,24 @@ type getIn struct {
 	ID string `json:"id" jsonschema:"maxLength=26"`
 }
 
-// notes is the test tools' domain store: their bucket, in a call's
-// transaction, written through kv so that a failed call's changes roll
-// back with it.
-type notes = *kv.Bucket
+// notes is the test tools' domain store: the built-in tools' store, bound
+// to the call's transaction.
+type notes = handlers.Store
 
-// bindNotes is the domain store's bind: the bucket in tx.
-func bindNotes(tx *kv.Tx) notes { return tx.Bucket(notesBucket) }
+// errNoNote is the tools' NOT_FOUND.
+func errNoNote() error { return pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.") }
+
+// getNote returns the note's text, or errNoNote.
+func getNote(s notes, id string) (string, error) {
+	p, err := s.Project(id)
+	if pipeline.ErrorCode(err) == pipeline.NotFound {
+		return "", errNoNote()
+	}
+	if err != nil {
+		return "", err
+	}
+	return p.Description, nil
+}
 
 func testTools() []*pipeline.Tool[notes] {
 	return []*pipeline.Tool[notes]{
@@ -91,10 +99,12 @@ func testTools() []*pipeline.Tool[notes] {
 			Run: func(_ context.Context, op *pipeline.Op[notes], in *noteIn) (*noteOut, error) {
 				out := &noteOut{}
 				out.Note.ID, out.Note.Text = op.NewID(), in.Text
-				if err := op.Store.Put([]byte(out.Note.ID), []byte(in.Text)); err != nil {
+				p := &handlers.Project{ID: out.Note.ID, Name: out.Note.ID, Description: in.Text, Labels: []string{},
+					Revision: 1, CreatedAt: op.Now, UpdatedAt: op.Now}
+				if err := op.Store.PutProject(p); err != nil {
 					return nil, err
 				}
-				op.Touch("note", out.Note.ID, 1)
+				op.Touch("project", out.Note.ID, 1)
 				switch in.Fail {
 				case "conflict":
 					return nil, pipeline.Errorf(pipeline.RevisionConflict, "Argument /text conflicts.")
@@ -127,30 +137,30 @@ func testTools() []*pipeline.Tool[notes] {
 		pipeline.MustDefine(pipeline.Spec[notes, deleteIn, noteOut]{
 			Name: "delete_note", Description: "Deletes a note.", Destructive: true,
 			Preview: func(_ context.Context, op *pipeline.Op[notes], in *deleteIn) (any, error) {
-				if op.Store.Get([]byte(in.ID)) == nil {
-					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
+				if _, err := getNote(op.Store, in.ID); err != nil {
+					return nil, err
 				}
 				return map[string]string{"deletes": "one note"}, nil
 			},
 			Run: func(_ context.Context, op *pipeline.Op[notes], in *deleteIn) (*noteOut, error) {
-				b := op.Store
-				if b.Get([]byte(in.ID)) == nil {
-					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
+				if _, err := getNote(op.Store, in.ID); err != nil {
+					return nil, err
 				}
 				out := &noteOut{}
 				out.Note.ID = in.ID
-				return out, b.Delete([]byte(in.ID))
+				op.Touch("project", in.ID, 1)
+				return out, op.Store.DeleteProject(in.ID)
 			},
 		}),
 		pipeline.MustDefine(pipeline.Spec[notes, getIn, noteOut]{
 			Name: "get_note", Description: "Reads a note.", ReadOnly: true,
 			Run: func(_ context.Context, op *pipeline.Op[notes], in *getIn) (*noteOut, error) {
-				v := op.Store.Get([]byte(in.ID))
-				if v == nil {
-					return nil, pipeline.Errorf(pipeline.NotFound, "Argument /id names no note.")
+				text, err := getNote(op.Store, in.ID)
+				if err != nil {
+					return nil, err
 				}
 				out := &noteOut{}
-				out.Note.ID, out.Note.Text = in.ID, string(v)
+				out.Note.ID, out.Note.Text = in.ID, text
 				return out, nil
 			},
 		}),
@@ -193,21 +203,22 @@ func (t wrappedTx) Audit() pipeline.Audit {
 	return t.Tx.Audit()
 }
 
-// env is a pipeline on a real bbolt file in a temporary directory.
-type env struct {
-	t   testing.TB
-	db  *boltdb.DB
-	p   *pipeline.Pipeline[notes]
-	now time.Time
-	reg *prometheus.Registry
+// backend is the store the pipeline's tests run on: the embedded one.
+var backend = storetest.InDir(boltstore.Open)
 
-	closed bool // the test closed the database: skip the final check
+// env is a pipeline with the test tools on a real store, through the
+// conformance suite's Env, which checks the store when the test ends.
+type env struct {
+	*storetest.Env
+	t   testing.TB
+	p   *pipeline.Pipeline[notes]
+	reg *prometheus.Registry
 }
 
 var alice = pipeline.Caller{Principal: "alice", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}
 
-// MustEnv opens a fresh database with the test tools registered, and checks
-// the database's invariants when the test ends.
+// MustEnv opens a fresh store with the test tools registered, with the
+// audit log as audit wraps it in each transaction (nil: as it is).
 func MustEnv(t testing.TB, audit func(pipeline.Audit) pipeline.Audit) *env {
 	return MustEnvWait(t, audit, 2*time.Second)
 }
@@ -224,37 +235,11 @@ func MustEnvWait(t testing.TB, audit func(pipeline.Audit) pipeline.Audit, keyWai
 }
 
 // MustEnvConfig is MustEnv with the pipeline's configuration changed by
-// configure, which may wrap the storage of the real bbolt backend (see
-// wrapping).
+// configure, which may wrap the storage of the real store (see wrapping).
 func MustEnvConfig(t testing.TB, configure func(*pipeline.Config[notes])) *env {
 	t.Helper()
-	db, err := boltdb.Open(filepath.Join(t.TempDir(), "data"), func(tx *kv.Tx) error {
-		_, err := tx.Bolt().CreateBucketIfNotExists(notesBucket)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, db: db, now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), reg: prometheus.NewRegistry()}
-	cfg := pipeline.Config[notes]{
-		Storage: boltdb.NewStorage(db, bindNotes),
-		KeyWait: 2 * time.Second,
-		Metrics: metrics.New(e.reg),
-		Now:     func() time.Time { return e.now },
-	}
-	configure(&cfg)
-	e.p = pipeline.New(cfg)
-	if err := e.p.Register(testTools()...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if e.closed {
-			return
-		}
-		e.mustBeConsistent()
-		db.Close()
-	})
-	return e
+	se := storetest.New(t, backend, storetest.Options{Configure: configure, Tools: testTools()})
+	return &env{Env: se, t: t, p: se.P, reg: se.Reg}
 }
 
 func (e *env) call(c pipeline.Caller, tool, args string) *pipeline.Result {
@@ -265,52 +250,16 @@ func (e *env) call(c pipeline.Caller, tool, args string) *pipeline.Result {
 // notes returns how many notes the store holds.
 func (e *env) notes() int {
 	e.t.Helper()
-	var n int
-	e.view(func(tx *bolt.Tx) error {
-		n = tx.Bucket(notesBucket).Stats().KeyN
-		return nil
-	})
-	return n
+	return len(e.Projects())
 }
 
 // events returns every audit event.
 func (e *env) events() []*auditlog.Event {
 	e.t.Helper()
-	var evs []*auditlog.Event
-	e.view(func(tx *bolt.Tx) error {
-		return auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(ev *auditlog.Event) error {
-			evs = append(evs, ev)
-			return nil
-		})
-	})
-	return evs
+	return e.Events()
 }
 
 func (e *env) record(principal, key string) *idempotency.Record {
 	e.t.Helper()
-	var r *idempotency.Record
-	e.view(func(tx *bolt.Tx) error {
-		var err error
-		r, err = boltkeys.Store{}.Get(kv.Wrap(tx), principal, key)
-		return err
-	})
-	return r
-}
-
-func (e *env) view(fn func(*bolt.Tx) error) {
-	e.t.Helper()
-	if err := e.db.Bolt().View(fn); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
-// mustBeConsistent checks the database's invariants after every test.
-func (e *env) mustBeConsistent() {
-	e.t.Helper()
-	e.view(func(tx *bolt.Tx) error {
-		if err := boltdb.Check(tx); err != nil {
-			e.t.Error(err)
-		}
-		return nil
-	})
+	return e.Record(principal, key)
 }

@@ -1,28 +1,90 @@
 package pipeline_test
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// Ensure the pipeline and the packages it stands on build without bbolt:
-// each store on bbolt lives in a subpackage, so that another backend
-// plugs in with no database beneath it but its own (docs/DESIGN.md
-// section 2).
+const module = "github.com/writerd/writerd"
+
+// isDatabase reports whether an import path is bbolt or the bbolt
+// backend's subtree.
+func isDatabase(path string) bool {
+	return strings.HasPrefix(path, "go.etcd.io/bbolt") || path == module+"/pipeline/boltdb" || strings.HasPrefix(path, module+"/pipeline/boltdb/")
+}
+
+// Ensure no production code outside the bbolt backend's subtree
+// (pipeline/boltdb/...) imports bbolt or the backend, but the one assembly
+// (internal/daemon), which chooses the store, and writerd bench's
+// raw-store baselines (cmd/writerd/bench_baseline.go), which measure bbolt
+// itself: every other package, and every other file of cmd/writerd,
+// builds without a database, so that a backend is one folder, one
+// constructor in the conformance suite and one case in the assembly
+// (docs/DESIGN.md section 2). Tests may import the backend (its bolttest
+// helpers damage a file on purpose).
 func TestImports_NoDatabase(t *testing.T) {
-	pkgs := []string{"pipeline", "handlers", "idempotency", "auditlog", "digest", "mcp", "metrics"}
-	args := []string{"list", "-deps"}
-	for _, p := range pkgs {
-		args = append(args, "github.com/writerd/writerd/"+p)
-	}
-	out, err := exec.Command("go", args...).Output()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{.Dir}} {{join .GoFiles ","}} {{join .Deps ","}}`, module+"/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	for dep := range strings.Lines(string(out)) {
-		if strings.HasPrefix(dep, "go.etcd.io/bbolt") || strings.Contains(dep, "/boltdb") || strings.Contains(dep, "/bolt") {
-			t.Errorf("%v depend on %s", pkgs, strings.TrimSpace(dep))
+	var checked []string
+	for line := range strings.Lines(strings.TrimSpace(string(out))) {
+		f := strings.Fields(line)
+		for len(f) < 4 {
+			f = append(f, "")
 		}
+		pkg, dir, files, deps := f[0], f[1], strings.Split(f[2], ","), strings.Split(f[3], ",")
+		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+		switch {
+		case isDatabase(pkg), rel == "internal/daemon":
+			continue // the backend, and the one assembly
+		case rel == "cmd/writerd":
+			// It links the assembly; its own files import no database
+			// but the baselines.
+			for _, name := range files {
+				if name == "bench_baseline.go" {
+					continue
+				}
+				for _, imp := range fileImports(t, filepath.Join(dir, name)) {
+					if isDatabase(imp) {
+						t.Errorf("cmd/writerd/%s imports %s: choose and open stores in internal/daemon", name, imp)
+					}
+				}
+			}
+			checked = append(checked, rel+" (but bench_baseline.go)")
+			continue
+		}
+		for _, dep := range deps {
+			if isDatabase(dep) {
+				t.Errorf("%s depends on %s", rel, dep)
+			}
+		}
+		checked = append(checked, rel)
 	}
+	slices.Sort(checked)
+	if len(checked) < 10 || !slices.Contains(checked, "mcp/httpapi") || !slices.Contains(checked, "pipeline") {
+		t.Fatalf("checked %v: not every package", checked)
+	}
+	t.Logf("without a database: %s", strings.Join(checked, ", "))
+}
+
+// fileImports returns the import paths of a Go file.
+func fileImports(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		out = append(out, p)
+	}
+	return out
 }

@@ -44,7 +44,7 @@ func BenchmarkParse(b *testing.B) {
 	lim := pipeline.DefaultLimits
 	for _, size := range []int{2 << 10, 64 << 10} {
 		args := benchargs.CreateRecord(size)
-		canonical, err := pipeline.Check(tool, args, lim)
+		canonical, err := pipeline.CheckArgs(tool, args, lim)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func BenchmarkParse(b *testing.B) {
 		})
 		run("check", func(b *testing.B) {
 			for range b.N {
-				if _, err := pipeline.Check(tool, args, lim); err != nil {
+				if _, err := pipeline.CheckArgs(tool, args, lim); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/invopop/jsonschema"
 
@@ -29,33 +28,6 @@ func TestCall_OutputSchemaEnforced(t *testing.T) {
 	}
 	if rec := e.record("alice", "k-00000001"); rec == nil || rec.Code != string(pipeline.Internal) || rec.Result != nil {
 		t.Fatalf("record %+v, want the failure receipt", rec)
-	}
-}
-
-// Ensure a record expires exactly after the TTL: ExpiresAt is CreatedAt
-// plus the TTL; the key replays a nanosecond before; at the TTL, before
-// any collection, the key is new again and the call runs.
-func TestCall_KeyTTLEdges(t *testing.T) {
-	const ttl = 90 * time.Minute
-	e := MustEnvConfig(t, func(c *pipeline.Config[notes]) { c.KeyTTL = ttl })
-	start := e.now
-	mustOK(t, e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`))
-	rec := e.record("alice", "k-00000001")
-	if !rec.CreatedAt.Equal(start) || !rec.ExpiresAt.Equal(rec.CreatedAt.Add(ttl)) {
-		t.Fatalf("created %v expires %v, want %v and %v", rec.CreatedAt, rec.ExpiresAt, start, start.Add(ttl))
-	}
-	e.now = start.Add(ttl - time.Nanosecond)
-	if r := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`); !r.Replayed {
-		t.Fatalf("just before the TTL: %+v, want the replay", r)
-	}
-	e.now = start.Add(ttl)
-	r := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`)
-	mustOK(t, r)
-	if r.Replayed || e.notes() != 2 || len(e.events()) != 2 {
-		t.Fatalf("at the TTL, uncollected: replayed %v notes %d events %d, want a new write", r.Replayed, e.notes(), len(e.events()))
-	}
-	if rec := e.record("alice", "k-00000001"); !rec.CreatedAt.Equal(start.Add(ttl)) || rec.AuditID != r.AuditID {
-		t.Fatalf("record %+v, want the new write's", rec)
 	}
 }
 

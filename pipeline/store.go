@@ -28,6 +28,32 @@ type Storage[D any] interface {
 	View(ctx context.Context, fn func(Tx[D]) error) error
 }
 
+// Store is one open store of a backend: the Storage the pipeline's calls
+// run on, and what a daemon needs of it around them. Each backend is one
+// package that opens its stores as Stores; package storetest is the
+// conformance suite that proves one keeps the promises of Storage, Keys
+// and Audit (docs/DESIGN.md, "Adding a backend").
+type Store[D any] interface {
+	Storage[D]
+	// Ready returns nil when the store is open and takes writes, and
+	// otherwise why not (for /readyz and its log).
+	Ready(ctx context.Context) error
+	// ObserveCommits has f told of every commit from then on: its
+	// duration, the writes run in it and its sync included, and how many
+	// writes (Update calls) it committed. Commits come one at a time.
+	ObserveCommits(f func(d time.Duration, writes int))
+	// Check runs the backend's own physical checks (a file's pages, an
+	// index against what it indexes) and returns every problem found,
+	// joined (errors.Join), and what it read, as a phrase for a summary
+	// ("1204 pages"). The promises every backend keeps are checked
+	// through the interfaces, by Check and the domain's own.
+	Check(ctx context.Context) (checked string, problems error)
+	// Close waits for the commit in flight, answers the writes still
+	// queued UNAVAILABLE, and closes the store; later transactions answer
+	// UNAVAILABLE.
+	Close() error
+}
+
 // Tx is one transaction of a Storage: a unit of work handing out the key
 // store, the audit log and the domain store, each bound to it, so that a
 // write's change, its idempotency record and its audit event commit

@@ -8,13 +8,10 @@ import (
 	"net/url"
 	"os"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/auditapi"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
+	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // source is where the audit commands read the log: a data directory that
@@ -30,61 +27,54 @@ type source interface {
 }
 
 // errHeld is the error of a data directory a daemon holds.
-var errHeld = errors.New("<data>/" + boltdb.FileName + " is held by a running writerd process, so it cannot be read from the data directory; read the log through that daemon with --server URL and a token with the audit scope")
+var errHeld = errors.New(daemon.StoreConfig{}.Name() + " is held by a running writerd process, so it cannot be read from the data directory; read the log through that daemon with --server URL and a token with the audit scope")
 
 // localSource reads a data directory that no daemon holds, read-only,
 // through the audit protocol's Local: the same answers a daemon's audit
 // API gives.
 type localSource struct {
 	auditapi.Local
-	dir     string
+	store   daemon.StoreConfig
 	keyFile string
-	db      *boltdb.DB // nil while idle
+	s       daemon.Store // nil while idle
 }
 
-// openLocal opens the database in dir read-only; it creates nothing. A
-// database a daemon holds is errHeld, at once.
+// openLocal opens the store in dir read-only; it creates nothing. A store
+// a daemon holds is errHeld, at once.
 func openLocal(dir, keyFile string) (*localSource, error) {
-	l := &localSource{dir: dir, keyFile: keyFile}
+	l := &localSource{store: daemon.StoreConfig{Data: dir}, keyFile: keyFile}
 	l.Local = auditapi.Local{Log: l}
 	return l, l.open()
 }
 
 func (l *localSource) open() error {
-	if l.db != nil {
+	if l.s != nil {
 		return nil
 	}
-	db, err := boltdb.OpenReadOnly(l.dir)
+	s, err := daemon.OpenReadOnly(l.store)
+	var damaged *daemon.DamagedError
 	switch {
-	case errors.Is(err, boltdb.ErrLocked):
+	case errors.Is(err, daemon.ErrHeld):
 		return errHeld
-	case errors.Is(err, boltdb.ErrNoDatabase):
-		return errors.New("there is no audit log to read: <data>/" + boltdb.FileName + " does not exist (nothing was created); --data names a writerd data directory")
-	case errors.Is(err, boltdb.ErrDamaged):
+	case errors.Is(err, daemon.ErrNoStore):
+		return errors.New("there is no audit log to read: " + l.store.Name() + " does not exist (nothing was created); --data names a writerd data directory")
+	case errors.Is(err, daemon.ErrOldStore):
+		return errors.New(l.store.Name() + " holds no audit log with a tree: it was written by a writerd before the tree; start writerd serve on it once to add it")
+	case errors.As(err, &damaged):
 		return fmt.Errorf("%w; run writerd check --data DIR to list the damage", err)
 	case err != nil:
 		return fmt.Errorf("the store cannot be opened: %w", err)
 	}
-	err = db.Bolt().View(func(tx *bolt.Tx) error {
-		if tx.Bucket([]byte("audit_events")) == nil || tx.Bucket([]byte("audit_checkpoints")) == nil {
-			return errors.New("<data>/" + boltdb.FileName + " holds no audit log with a tree: it was written by a writerd before the tree; start writerd serve on it once to add it")
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
-		return err
-	}
-	l.db = db
+	l.s = s
 	return nil
 }
 
-// idle closes the database until the next read, so that a daemon may
-// start on it meanwhile (tail --follow between polls).
+// idle closes the store until the next read, so that a daemon may start
+// on it meanwhile (tail --follow between polls).
 func (l *localSource) idle() {
-	if l.db != nil {
-		l.db.Close()
-		l.db = nil
+	if l.s != nil {
+		l.s.Close()
+		l.s = nil
 	}
 }
 
@@ -93,13 +83,12 @@ func (l *localSource) Close() error {
 	return nil
 }
 
-// View implements auditlog.Viewer for Local, opening the database if
-// idle.
-func (l *localSource) View(_ context.Context, fn func(auditlog.Reader) error) error {
+// View implements auditlog.Viewer for Local, opening the store if idle.
+func (l *localSource) View(ctx context.Context, fn func(auditlog.Reader) error) error {
 	if err := l.open(); err != nil {
 		return err
 	}
-	return l.db.Bolt().View(func(tx *bolt.Tx) error { return fn(boltlog.Bind(kv.Wrap(tx))) })
+	return pipeline.AuditStorage(l.s).View(ctx, fn)
 }
 
 func (l *localSource) VerifierKey(context.Context) (string, string, error) {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/pipeline/boltdb"
 )
 
 // Ensure every audit command prints the same against a running daemon
@@ -104,7 +103,7 @@ func TestAudit_SameFromDaemonAndDataDirectory(t *testing.T) {
 	for _, missing := range []string{none, empty} {
 		for _, args := range [][]string{{"list"}, {"show", "1"}, {"verify"}, {"checkpoint"}, {"export"}, {"tail", "--follow"}, {"key"}} {
 			r := mustAudit(t, nil, append(args, "--data", missing)...)
-			if r.code != 1 || !strings.Contains(r.stderr, "there is no audit log to read: <data>/"+boltdb.FileName+" does not exist") {
+			if r.code != 1 || !strings.Contains(r.stderr, "there is no audit log to read: <data>/writerd.db does not exist") {
 				t.Errorf("%s on %s: exit %d\n%s", args[0], missing, r.code, r.stderr)
 			}
 		}

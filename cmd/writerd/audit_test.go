@@ -14,9 +14,8 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 )
 
 // auditTokens are the tokens of a daemon that audit tests run: one that
@@ -141,16 +140,16 @@ type seeded struct {
 func mustSeedLog(t testing.TB, now time.Time, events []seeded, checkpointsAt ...uint64) string {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := boltdb.Open(dir, boltstore.Init)
+	s, err := daemon.OpenStore(t.Context(), daemon.StoreConfig{Data: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer s.Close()
 	key, err := auditlog.LoadKey(filepath.Join(dir, auditKeyFile), "writerd/seeded-test", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = boltdb.NewStorage(db, boltstore.Bind).Update(t.Context(), func(tx pipeline.Tx[handlers.Store]) error {
+	err = s.Update(t.Context(), func(tx pipeline.Tx[handlers.Store]) error {
 		log := tx.Audit()
 		for i, s := range events {
 			e := &auditlog.Event{

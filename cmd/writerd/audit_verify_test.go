@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
-	encbin "encoding/binary"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,53 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/mod/sumdb/note"
-	"golang.org/x/mod/sumdb/tlog"
 
-	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
 )
-
-// jsonStart is where an event's canonical JSON starts in its stored
-// value: after the 8-byte check of its leaf hash and the inner tree hashes
-// its append completed, whose number follows from its sequence number
-// (auditlog/tree.go).
-func jsonStart(seq uint64) int {
-	n := int64(seq)
-	inner := tlog.StoredHashCount(n) - tlog.StoredHashCount(n-1) - 1
-	return 8 + int(inner)*tlog.HashSize
-}
-
-// mustTamper opens a stopped daemon's database read-write, as someone who
-// can write the file would, and changes it with fn, given the buckets of
-// the events and the checkpoints.
-func mustTamper(t testing.TB, dir string, fn func(events, checkpoints *bolt.Bucket) error) {
-	t.Helper()
-	db, err := bolt.Open(filepath.Join(dir, boltdb.FileName), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
-		return fn(tx.Bucket([]byte("audit_events")), tx.Bucket([]byte("audit_checkpoints")))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func key8(seq uint64) []byte { return encbin.BigEndian.AppendUint64(nil, seq) }
-
-// mustEventValue returns a copy of an event's stored value, checking that
-// its JSON starts where jsonStart says.
-func mustEventValue(t testing.TB, b *bolt.Bucket, seq uint64) []byte {
-	t.Helper()
-	v := bytes.Clone(b.Get(key8(seq)))
-	if start := jsonStart(seq); len(v) <= start || v[start] != '{' {
-		t.Fatalf("event %d's value does not have its JSON at %d: the stored layout changed", seq, start)
-	}
-	return v
-}
 
 // mustVerifyFails runs verify on a data directory and checks that it
 // exits 1 with the problem first named on the first line, and the summary.
@@ -109,14 +65,14 @@ func TestAuditVerify_Tampering(t *testing.T) {
 	})
 	t.Run("one byte edited", func(t *testing.T) {
 		copied := mustCopyDir(t, dir)
-		mustTamper(t, copied, func(events, _ *bolt.Bucket) error {
-			v := mustEventValue(t, events, 7)
-			i := bytes.Index(v[jsonStart(7):], []byte(`"principal":"agent"`))
+		bolttest.Update(t, copied, func(tx bolttest.Tx) error {
+			v := tx.Event(t, 7)
+			i := bytes.Index(v[bolttest.JSONStart(7):], []byte(`"principal":"agent"`))
 			if i < 0 {
-				t.Fatalf("event 7 has no principal agent: %s", v[jsonStart(7):])
+				t.Fatalf("event 7 has no principal agent: %s", v[bolttest.JSONStart(7):])
 			}
-			v[jsonStart(7)+i+len(`"principal":"`)] = 'A' // "Agent"
-			return events.Put(key8(7), v)
+			v[bolttest.JSONStart(7)+i+len(`"principal":"`)] = 'A' // "Agent"
+			return tx.Events().Put(bolttest.SeqKey(7), v)
 		})
 		mustVerifyFails(t, "event 7: edited: ", "--data", copied)
 		r := mustAudit(t, nil, "show", "7", "--data", copied)
@@ -127,31 +83,31 @@ func TestAuditVerify_Tampering(t *testing.T) {
 	})
 	t.Run("one event deleted", func(t *testing.T) {
 		copied := mustCopyDir(t, dir)
-		mustTamper(t, copied, func(events, _ *bolt.Bucket) error { return events.Delete(key8(7)) })
+		bolttest.Update(t, copied, func(tx bolttest.Tx) error { return tx.Events().Delete(bolttest.SeqKey(7)) })
 		mustVerifyFails(t, "event 7: missing: ", "--data", copied)
 	})
 	t.Run("two events swapped", func(t *testing.T) {
 		copied := mustCopyDir(t, dir)
-		mustTamper(t, copied, func(events, _ *bolt.Bucket) error {
-			five, seven := mustEventValue(t, events, 5), mustEventValue(t, events, 7)
-			if jsonStart(5) != jsonStart(7) {
+		bolttest.Update(t, copied, func(tx bolttest.Tx) error {
+			five, seven := tx.Event(t, 5), tx.Event(t, 7)
+			if bolttest.JSONStart(5) != bolttest.JSONStart(7) {
 				t.Fatal("events 5 and 7 carry different numbers of tree hashes")
 			}
-			if err := events.Put(key8(5), seven); err != nil {
+			if err := tx.Events().Put(bolttest.SeqKey(5), seven); err != nil {
 				return err
 			}
-			return events.Put(key8(7), five)
+			return tx.Events().Put(bolttest.SeqKey(7), five)
 		})
 		mustVerifyFails(t, "event 5: reordered: ", "--data", copied)
 	})
 	t.Run("the tail truncated behind the latest checkpoint", func(t *testing.T) {
 		copied := mustCopyDir(t, dir)
-		mustTamper(t, copied, func(events, checkpoints *bolt.Bucket) error {
-			if checkpoints.Get(key8(last)) == nil {
+		bolttest.Update(t, copied, func(tx bolttest.Tx) error {
+			if tx.Checkpoints().Get(bolttest.SeqKey(last)) == nil {
 				t.Fatalf("no checkpoint of %d events", last)
 			}
 			for seq := uint64(last - 2); seq <= last; seq++ {
-				if err := events.Delete(key8(seq)); err != nil {
+				if err := tx.Events().Delete(bolttest.SeqKey(seq)); err != nil {
 					return err
 				}
 			}
@@ -161,8 +117,8 @@ func TestAuditVerify_Tampering(t *testing.T) {
 	})
 	t.Run("a checkpoint's signature replaced", func(t *testing.T) {
 		copied := mustCopyDir(t, dir)
-		mustTamper(t, copied, func(_, checkpoints *bolt.Bucket) error {
-			signed := checkpoints.Get(key8(auditScriptEvents))
+		bolttest.Update(t, copied, func(tx bolttest.Tx) error {
+			signed := tx.Checkpoints().Get(bolttest.SeqKey(auditScriptEvents))
 			text, _, ok := strings.Cut(string(signed), "\n\n")
 			if !ok {
 				t.Fatalf("not a signed note: %q", signed)
@@ -181,7 +137,7 @@ func TestAuditVerify_Tampering(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return checkpoints.Put(key8(auditScriptEvents), forged)
+			return tx.Checkpoints().Put(bolttest.SeqKey(auditScriptEvents), forged)
 		})
 		mustVerifyFails(t, "event 12: bad signature: ", "--data", copied)
 	})

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -13,15 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	bolt "go.etcd.io/bbolt"
-
-	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
-	"github.com/writerd/writerd/metrics"
+	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 )
 
 // bench is one writerd bench: its agents, duration and tool.
@@ -100,7 +93,7 @@ func (b *bench) runPipeline(ctx context.Context, dir string, rep *benchReport) (
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	run.Heap = &memory{End: ms.HeapInuse, Peak: max(peak, ms.HeapInuse)}
-	if n := float64(run.Writes); n > 0 {
+	if n := float64(run.Writes); n > 0 && after.known {
 		d := &disk{FilePerWrite: round(float64(after.file-before.file)/n, 1), PagesPerWrite: round(float64(after.pages-before.pages)/n, 1),
 			Buckets: map[string]float64{}}
 		for name, size := range after.buckets {
@@ -123,7 +116,7 @@ func (t tally) sub(u tally) tally {
 	return tally{t.commits - u.commits, t.writes - u.writes, t.time - u.time}
 }
 
-// tallier counts commits as a store reports them (DB.ObserveCommits).
+// tallier counts commits as a store reports them (pipeline.Store.ObserveCommits).
 type tallier struct{ commits, writes, nanos atomic.Int64 }
 
 func (t *tallier) observe(d time.Duration, writes int) {
@@ -207,14 +200,13 @@ func (c *inprocCaller) call(ctx context.Context, _ int, tool, key, rest string, 
 	return res.Output, ""
 }
 
-// benchPipeline is a pipeline wired as serve wires it: the store opened
-// as serve opens it, its commits observed by the metrics, the audit log
+// benchPipeline is a daemon assembled as serve assembles it (package
+// daemon): the store, its commits observed by the metrics, the audit log
 // with a signing key and its checkpointer, the key collector, a JSON log
 // at level info, written to nowhere.
 type benchPipeline struct {
-	dir   string
-	store *boltdb.Pending
-	p     *pipeline.Pipeline[handlers.Store]
+	d *daemon.Daemon
+	p *pipeline.Pipeline[handlers.Store]
 
 	stop       context.CancelFunc
 	background sync.WaitGroup
@@ -223,37 +215,23 @@ type benchPipeline struct {
 }
 
 func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) {
-	store, err := boltdb.OpenPending(ctx, dir, boltstore.Init)
+	s := &benchPipeline{}
+	d, err := daemon.Open(ctx, daemon.Config{
+		Store: daemon.StoreConfig{Data: dir}, KeyFile: filepath.Join(dir, auditKeyFile),
+		Logger:   slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Version:  version(),
+		OnCommit: s.commits.observe,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("the store cannot be opened: %w", err)
+		return nil, err
 	}
-	if !store.IsOpen() {
-		store.Close()
+	if !d.Store.IsOpen() {
+		d.Close()
 		return nil, errors.New("another writerd process holds the data directory; bench needs a store of its own")
 	}
-	key, err := auditlog.LoadKey(filepath.Join(dir, auditKeyFile), newLogOrigin(), true)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	s := &benchPipeline{dir: dir, store: store}
-	store.ObserveCommits(func(d time.Duration, writes int) {
-		m.Commit(d, writes)
-		s.commits.observe(d, writes)
-	})
-	storage := boltdb.NewStorage(store, boltstore.Bind)
-	s.p = pipeline.New(pipeline.Config[handlers.Store]{Storage: storage, Logger: log, Metrics: m})
-	if err := s.p.Register(handlers.Tools()...); err != nil {
-		store.Close()
-		return nil, err
-	}
+	s.d, s.p = d, d.Pipeline
 	ctx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
-	cp := &auditlog.Checkpointer{Storage: pipeline.AuditStorage(storage), Key: key, Every: 1000, Interval: time.Minute, Logger: log}
-	s.background.Go(func() { cp.Run(ctx) })
-	s.background.Go(func() { s.p.Run(ctx) })
+	s.background.Go(func() { d.Run(ctx) })
 	return s, nil
 }
 
@@ -262,44 +240,23 @@ func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) 
 func (s *benchPipeline) close() error {
 	s.stop()
 	s.background.Wait()
-	return s.store.Close()
+	return s.d.Close()
 }
 
 // storeSize is the size of a store at one moment.
 type storeSize struct {
+	known       bool // the backend tells its size on disk
 	file, pages int64
-	buckets     map[string]int64 // pages allocated, by top-level bucket
+	buckets     map[string]int64 // bytes of pages, by part of the store (bbolt: top-level bucket)
 	commits     tally
 }
 
 func (s *benchPipeline) measure() (*storeSize, error) {
 	sz := &storeSize{commits: s.commits.load()}
-	fi, err := os.Stat(filepath.Join(s.dir, boltdb.FileName))
-	if err != nil {
-		return nil, pathless(err)
+	u, ok, err := daemon.Usage(s.d.Store)
+	if err != nil || !ok {
+		return sz, err
 	}
-	sz.file = fi.Size()
-	db := s.store.DB()
-	if db == nil {
-		return nil, errors.New("the store closed")
-	}
-	sz.pages, sz.buckets, err = pageSizes(db.Bolt())
-	return sz, err
-}
-
-// pageSizes returns the bytes of pages bbolt uses (its high-water mark,
-// free pages included), and the bytes of pages each top-level bucket
-// holds.
-func pageSizes(db *bolt.DB) (int64, map[string]int64, error) {
-	buckets := map[string]int64{}
-	var pages int64
-	err := db.View(func(tx *bolt.Tx) error {
-		pages = tx.Size()
-		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-			st := b.Stats()
-			buckets[string(name)] = int64(st.BranchAlloc + st.LeafAlloc)
-			return nil
-		})
-	})
-	return pages, buckets, err
+	sz.known, sz.file, sz.pages, sz.buckets = true, u.File, u.Used, u.Parts
+	return sz, nil
 }

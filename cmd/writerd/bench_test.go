@@ -16,18 +16,16 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 )
 
 // benchClients is how many agents write at once in BenchmarkWrites.
 const benchClients = 16
 
 // BenchmarkWrites measures create_project written by 16 concurrent
-// clients, fsync included: in process (Pipeline.Call on a bbolt file, as
-// serve wires it), and against the built daemon on a loopback port over
+// clients, fsync included: in process (Pipeline.Call on the daemon as
+// serve assembles it, package daemon), and against the built daemon on a loopback port over
 // the direct API with net/http and over MCP Streamable HTTP with the SDK's
 // client. It reports writes per second and the p50 and p99 latency of a
 // write; read the three as ratios of one run:
@@ -40,15 +38,13 @@ func BenchmarkWrites(b *testing.B) {
 
 	b.Run("inproc", func(b *testing.B) {
 		prefix := fmt.Sprintf("inproc%d", run.Add(1))
-		db, err := boltdb.Open(b.TempDir(), boltstore.Init)
+		dir := b.TempDir()
+		d, err := daemon.Open(context.Background(), daemon.Config{Store: daemon.StoreConfig{Data: dir}, KeyFile: filepath.Join(dir, auditKeyFile)})
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer db.Close()
-		p := pipeline.New(pipeline.Config[handlers.Store]{Storage: boltdb.NewStorage(db, boltstore.Bind)})
-		if err := p.Register(handlers.Tools()...); err != nil {
-			b.Fatal(err)
-		}
+		defer d.Close()
+		p := d.Pipeline
 		caller := pipeline.Caller{Principal: "bench", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}
 		benchWrites(b, func(key string) error {
 			res := p.Call(context.Background(), caller, "create_project", []byte(`{"idempotency_key":"`+key+`","name":"`+key+`"}`))

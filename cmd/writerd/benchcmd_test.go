@@ -170,7 +170,7 @@ func TestBench_DataDir(t *testing.T) {
 	mustCheck(t, dir)
 	st := MustOpenStore(t, dir)
 	writes := int(first.Writerd.Writes + second.Writerd.Writes)
-	if p, e := st.count("projects"), len(st.events()); p != writes || e != writes {
+	if p, e := st.projects(), len(st.events()); p != writes || e != writes {
 		t.Errorf("%d projects and %d events, want one each for the %d writes counted", p, e, writes)
 	}
 
@@ -219,7 +219,7 @@ func TestBench_Remote(t *testing.T) {
 	}
 	d.Stop()
 	st := MustOpenStore(t, d.dir)
-	if p := st.count("projects"); p != projects {
+	if p := st.projects(); p != projects {
 		t.Errorf("%d projects, want %d: one for each write counted, warm-up and setup", p, projects)
 	}
 }

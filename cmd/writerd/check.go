@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
-	bolt "go.etcd.io/bbolt"
-
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/daemon"
 )
 
 // CheckCommand checks a database that no daemon holds.
@@ -64,7 +63,7 @@ func (c *CheckCommand) flags() *flagSet {
 }
 
 // Run parses the flags, checks the database and prints what it found.
-func (c *CheckCommand) Run(_ context.Context, args []string) error {
+func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 	fs := c.flags()
 	if err := fs.parse(args); err != nil {
 		return err
@@ -73,13 +72,16 @@ func (c *CheckCommand) Run(_ context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	db, err := boltdb.OpenReadOnly(dir)
-	var damaged *boltdb.DamagedError
+	store := daemon.StoreConfig{Data: dir}
+	s, err := daemon.OpenReadOnly(store)
+	var damaged *daemon.DamagedError
 	switch {
-	case errors.Is(err, boltdb.ErrLocked):
-		return errors.New("<data>/" + boltdb.FileName + " is in use by a running writerd process; stop it first, or check a copy of the data directory")
-	case errors.Is(err, boltdb.ErrNoDatabase):
-		return errors.New("there is no database to check: <data>/" + boltdb.FileName + " does not exist")
+	case errors.Is(err, daemon.ErrHeld):
+		return errors.New(store.Name() + " is in use by a running writerd process; stop it first, or check a copy of the data directory")
+	case errors.Is(err, daemon.ErrNoStore):
+		return errors.New("there is no database to check: " + store.Name() + " does not exist")
+	case errors.Is(err, daemon.ErrOldStore):
+		return errors.New(store.Name() + " was written by an earlier writerd; start writerd serve on it once to convert it, then check it")
 	case errors.As(err, &damaged):
 		for _, p := range damaged.Problems {
 			fmt.Fprintln(c.Stdout, p)
@@ -89,24 +91,17 @@ func (c *CheckCommand) Run(_ context.Context, args []string) error {
 	case err != nil:
 		return fmt.Errorf("the store cannot be opened: %w", err)
 	}
-	defer db.Close()
+	defer s.Close()
 
 	var problems []error
-	for _, w := range db.Warnings() {
+	for _, w := range daemon.Warnings(s) {
 		problems = append(problems, errors.New(w))
 	}
-	var pages int64
-	var events int
-	err = db.Bolt().View(func(tx *bolt.Tx) error {
-		pages = tx.Size() / int64(db.Bolt().Info().PageSize)
-		var errs []error
-		errs, events = checkStore(tx)
-		problems = append(problems, errs...)
-		return nil
-	})
+	checked, events, found, err := handlers.CheckStore(ctx, s, time.Now())
 	if err != nil {
 		return fmt.Errorf("the store cannot be read: %w", err)
 	}
+	problems = append(problems, found...)
 	const most = 1000
 	for i, p := range problems {
 		if i == most {
@@ -116,35 +111,11 @@ func (c *CheckCommand) Run(_ context.Context, args []string) error {
 		fmt.Fprintln(c.Stdout, p)
 	}
 	if len(problems) > 0 {
-		fmt.Fprintf(c.Stdout, "writerd check: %s in %s and %s.\n", count(len(problems), "problem"), count(int(pages), "page"), count(events, "audit event"))
+		fmt.Fprintf(c.Stdout, "writerd check: %s in %s and %s.\n", count(len(problems), "problem"), checked, count(int(events), "audit event"))
 		return errProblems
 	}
-	fmt.Fprintf(c.Stdout, "writerd check: no problems in %s and %s.\n", count(int(pages), "page"), count(events, "audit event"))
+	fmt.Fprintf(c.Stdout, "writerd check: no problems in %s and %s.\n", checked, count(int(events), "audit event"))
 	return nil
-}
-
-// checkStore runs the checks of writerd check that read the database
-// through bbolt: bbolt's own and the pipeline's invariants (boltdb.Check),
-// then the domain store's against the audit log (boltstore.Check). It
-// returns every problem, and the number of audit events read.
-func checkStore(tx *bolt.Tx) ([]error, int) {
-	problems := split(boltdb.Check(tx))
-	events, err := boltstore.EventsOf(tx)
-	if err != nil {
-		return problems, len(events) // boltdb.Check named it
-	}
-	return append(problems, split(boltstore.Check(tx, events))...), len(events)
-}
-
-// split returns the errors joined in err, one per problem.
-func split(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }
 
 func count(n int, noun string) string {

@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // Ensure a kill -9 while 8 clients write loses no acknowledged write: after
@@ -72,9 +70,9 @@ func TestCrash_KillWhileWriting(t *testing.T) {
 		}
 		okEvents[e.ID] = e
 	}
-	s.view(func(tx *bolt.Tx) error {
+	s.view(func(tx pipeline.Tx[handlers.Store]) error {
 		for _, a := range acked {
-			if _, err := boltstore.Bind(kv.Wrap(tx)).Project(a.id); err != nil {
+			if _, err := tx.Domain().Project(a.id); err != nil {
 				t.Errorf("acknowledged project %s of %s is gone: %v", a.id, a.key, err)
 			}
 			if e := okEvents[a.auditID]; e == nil || e.IdempotencyKey != a.key || e.Targets[0].ID != a.id {
@@ -83,22 +81,22 @@ func TestCrash_KillWhileWriting(t *testing.T) {
 		}
 		// Every event's write is there, and every write has its event.
 		for _, e := range okEvents {
-			if _, err := boltstore.Bind(kv.Wrap(tx)).Project(e.Targets[0].ID); err != nil {
+			if _, err := tx.Domain().Project(e.Targets[0].ID); err != nil {
 				t.Errorf("audit event %d names project %s, which does not exist", e.Seq, e.Targets[0].ID)
 			}
 		}
-		if n := tx.Bucket([]byte("projects")).Stats().KeyN; n != len(okEvents) {
-			t.Errorf("%d projects but %d audit events", n, len(okEvents))
-		}
 		return nil
 	})
+	if n := s.projects(); n != len(okEvents) {
+		t.Errorf("%d projects but %d audit events", n, len(okEvents))
+	}
 	for _, a := range acked {
 		if r := s.record("local", a.key); r == nil || r.AuditID != a.auditID {
 			t.Errorf("acknowledged write %s has no idempotency record", a.key)
 		}
 	}
 	t.Logf("%d writes acknowledged before the kill, %d committed", len(acked), len(okEvents))
-	s.db.Close()
+	s.s.Close()
 
 	// The restarted daemon replays an acknowledged write.
 	again := mustStartWith(t, daemonConfig{dir: d.dir})

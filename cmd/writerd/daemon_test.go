@@ -17,14 +17,12 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/idempotency"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltkeys"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
+	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/pipeline"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -54,8 +52,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// daemon is a running writerd serve --stdio and an SDK client session.
-type daemon struct {
+// stdioDaemon is a running writerd serve --stdio and an SDK client session.
+type stdioDaemon struct {
 	t        testing.TB
 	dir      string
 	cmd      *exec.Cmd
@@ -74,12 +72,12 @@ type daemonConfig struct {
 
 // MustStart starts the daemon on a data directory and connects the SDK's
 // client to it over stdio. The test's end stops it and checks the database.
-func MustStart(t testing.TB) *daemon {
+func MustStart(t testing.TB) *stdioDaemon {
 	t.Helper()
 	return mustStartWith(t, daemonConfig{})
 }
 
-func mustStartWith(t testing.TB, c daemonConfig) *daemon {
+func mustStartWith(t testing.TB, c daemonConfig) *stdioDaemon {
 	t.Helper()
 	if c.bin == "" {
 		c.bin = binary
@@ -87,7 +85,7 @@ func mustStartWith(t testing.TB, c daemonConfig) *daemon {
 	if c.dir == "" {
 		c.dir = t.TempDir()
 	}
-	d := &daemon{t: t, dir: c.dir, stderr: new(syncBuffer), wire: new(syncBuffer)}
+	d := &stdioDaemon{t: t, dir: c.dir, stderr: new(syncBuffer), wire: new(syncBuffer)}
 	d.cmd = exec.Command(c.bin, append([]string{"serve", "--stdio", "--data", c.dir}, c.args...)...)
 	d.cmd.Env = append(os.Environ(), c.env...)
 	d.cmd.Stderr = d.stderr
@@ -115,18 +113,18 @@ func mustStartWith(t testing.TB, c daemonConfig) *daemon {
 // the SDK's command transport waits for it. It may be called more than
 // once, and while other goroutines still call the daemon: their calls
 // then fail, as calls on a closed session do.
-func (d *daemon) Stop() {
+func (d *stdioDaemon) Stop() {
 	d.stopOnce.Do(func() { d.session.Close() })
 }
 
 // Kill ends the daemon with SIGKILL: no shutdown, no final fsync.
-func (d *daemon) Kill() {
+func (d *stdioDaemon) Kill() {
 	d.cmd.Process.Kill()
 	d.Stop()
 }
 
 // Call sends tools/call with the argument bytes exactly as given.
-func (d *daemon) Call(tool, args string) *sdk.CallToolResult {
+func (d *stdioDaemon) Call(tool, args string) *sdk.CallToolResult {
 	d.t.Helper()
 	res, err := d.call(tool, args)
 	if err != nil {
@@ -135,7 +133,7 @@ func (d *daemon) Call(tool, args string) *sdk.CallToolResult {
 	return res
 }
 
-func (d *daemon) call(tool, args string) (*sdk.CallToolResult, error) {
+func (d *stdioDaemon) call(tool, args string) (*sdk.CallToolResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return d.session.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
@@ -143,7 +141,7 @@ func (d *daemon) call(tool, args string) (*sdk.CallToolResult, error) {
 
 // rawResults returns the tools/call results as the daemon sent them, from
 // the wire, in order: the bytes that byte-identity is about.
-func (d *daemon) rawResults() []json.RawMessage {
+func (d *stdioDaemon) rawResults() []json.RawMessage {
 	var out []json.RawMessage
 	sc := bufio.NewScanner(strings.NewReader(d.wire.String()))
 	sc.Buffer(nil, 8<<20)
@@ -232,44 +230,98 @@ func mustSucceed(t testing.TB, res *sdk.CallToolResult) map[string]any {
 	return m
 }
 
-// store is a read-only view of a stopped daemon's database.
+// store is a read-only view of a stopped daemon's store, through the
+// interfaces every backend implements.
 type store struct {
-	t  testing.TB
-	db *bolt.DB
+	t testing.TB
+	s daemon.Store
 }
 
-// MustOpenStore opens the database of a daemon that no longer runs.
+// MustOpenStore opens the store of a daemon that no longer runs, waiting
+// a little for its process to let go of it.
 func MustOpenStore(t testing.TB, dir string) *store {
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(dir, boltdb.FileName), 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatalf("open the database: %v", err)
+	var s daemon.Store
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		s, err = daemon.OpenReadOnly(daemon.StoreConfig{Data: dir})
+		if !errors.Is(err, daemon.ErrHeld) || time.Now().After(deadline) {
+			break
+		}
 	}
-	t.Cleanup(func() { db.Close() })
-	return &store{t: t, db: db}
+	if err != nil {
+		t.Fatalf("open the store: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &store{t: t, s: s}
 }
 
-func (s *store) view(fn func(tx *bolt.Tx) error) {
+func (s *store) view(fn func(tx pipeline.Tx[handlers.Store]) error) {
 	s.t.Helper()
-	if err := s.db.View(fn); err != nil {
+	if err := s.s.View(context.Background(), fn); err != nil {
 		s.t.Fatal(err)
 	}
 }
 
-// count returns the number of keys in a bucket.
-func (s *store) count(bucket string) int {
-	var n int
-	s.view(func(tx *bolt.Tx) error {
-		n = tx.Bucket([]byte(bucket)).Stats().KeyN
+// projects returns every project.
+func (s *store) projectList() []*handlers.Project {
+	s.t.Helper()
+	var all []*handlers.Project
+	s.view(func(tx pipeline.Tx[handlers.Store]) error {
+		for after, more := "", true; more; {
+			page, m, err := tx.Domain().Projects(after, 1000)
+			if err != nil {
+				return err
+			}
+			all, more = append(all, page...), m
+			if len(page) > 0 {
+				after = page[len(page)-1].ID
+			}
+		}
 		return nil
+	})
+	return all
+}
+
+// projects returns the number of projects.
+func (s *store) projects() int { return len(s.projectList()) }
+
+// records returns the number of records, of every project.
+func (s *store) records() int {
+	s.t.Helper()
+	n := 0
+	for _, p := range s.projectList() {
+		s.view(func(tx pipeline.Tx[handlers.Store]) error {
+			for after, more := "", true; more; {
+				page, m, err := tx.Domain().Records(p.ID, after, 1000)
+				if err != nil {
+					return err
+				}
+				n, more = n+len(page), m
+				if len(page) > 0 {
+					after = page[len(page)-1].ID
+				}
+			}
+			return nil
+		})
+	}
+	return n
+}
+
+// keys returns the number of idempotency records, expired or not.
+func (s *store) keys() int {
+	s.t.Helper()
+	n := 0
+	s.view(func(tx pipeline.Tx[handlers.Store]) error {
+		return tx.Keys().ForEach(func(*idempotency.Record) error { n++; return nil })
 	})
 	return n
 }
 
 func (s *store) events() []*auditlog.Event {
 	var evs []*auditlog.Event
-	s.view(func(tx *bolt.Tx) error {
-		return auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(e *auditlog.Event) error {
+	s.view(func(tx pipeline.Tx[handlers.Store]) error {
+		return auditlog.All(tx.Audit(), func(e *auditlog.Event) error {
 			evs = append(evs, e)
 			return nil
 		})
@@ -289,24 +341,25 @@ func (s *store) eventsFor(key string) []*auditlog.Event {
 
 func (s *store) record(principal, key string) *idempotency.Record {
 	var r *idempotency.Record
-	s.view(func(tx *bolt.Tx) error {
+	s.view(func(tx pipeline.Tx[handlers.Store]) error {
 		var err error
-		r, err = boltkeys.Store{}.Get(kv.Wrap(tx), principal, key)
+		r, err = tx.Keys().Get(principal, key)
 		return err
 	})
 	return r
 }
 
-// mustBeConsistent checks a stopped daemon's database as writerd check
-// does: bbolt's check, the pipeline's invariants and the domain store's.
-func (d *daemon) mustBeConsistent() {
+// mustBeConsistent checks a stopped daemon's store as writerd check
+// does: the backend's checks, the pipeline's invariants and the tools'.
+func (d *stdioDaemon) mustBeConsistent() {
 	d.t.Helper()
-	MustOpenStore(d.t, d.dir).view(func(tx *bolt.Tx) error {
-		if problems, _ := checkStore(tx); len(problems) > 0 {
-			d.t.Error(errors.Join(problems...))
-		}
-		return nil
-	})
+	_, _, problems, err := handlers.CheckStore(context.Background(), MustOpenStore(d.t, d.dir).s, time.Now())
+	if err != nil {
+		d.t.Error(err)
+	}
+	if len(problems) > 0 {
+		d.t.Error(errors.Join(problems...))
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the daemon's and the test's

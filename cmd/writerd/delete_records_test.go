@@ -75,7 +75,7 @@ func TestDeleteRecords_ThroughTheBinary(t *testing.T) {
 
 	d.Stop()
 	s := MustOpenStore(t, d.dir)
-	if n := s.count("records"); n != 3 {
+	if n := s.records(); n != 3 {
 		t.Fatalf("records = %d, want the 3 locked ones", n)
 	}
 	evs := s.eventsFor("k-delete-all")

@@ -135,7 +135,7 @@ func TestCreateProject_ReplaySameKey(t *testing.T) {
 	}
 	d.Stop()
 	s := MustOpenStore(t, d.dir)
-	if n := s.count("projects"); n != 1 {
+	if n := s.projects(); n != 1 {
 		t.Fatalf("projects = %d, want 1", n)
 	}
 	if evs := s.eventsFor("k-00000001"); len(evs) != 1 || evs[0].Targets[0].ID != p["id"] {
@@ -240,7 +240,7 @@ func TestRejections(t *testing.T) {
 		t.Fatal("the log holds an argument value")
 	}
 	s := MustOpenStore(t, d.dir)
-	if p, r, e, k := s.count("projects"), s.count("records"), len(s.events()), s.count("idempotency"); p+r+e+k != 0 {
+	if p, r, e, k := s.projects(), s.records(), len(s.events()), s.keys(); p+r+e+k != 0 {
 		t.Fatalf("rejected calls left projects %d records %d events %d keys %d", p, r, e, k)
 	}
 }
@@ -315,8 +315,8 @@ func TestCreateProject_ConcurrentSameKey(t *testing.T) {
 	}
 	d.Stop()
 	s := MustOpenStore(t, d.dir)
-	if s.count("projects") != 1 || len(s.events()) != 1 {
-		t.Fatalf("projects %d events %d, want 1 and 1", s.count("projects"), len(s.events()))
+	if s.projects() != 1 || len(s.events()) != 1 {
+		t.Fatalf("projects %d events %d, want 1 and 1", s.projects(), len(s.events()))
 	}
 }
 

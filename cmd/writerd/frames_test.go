@@ -133,7 +133,7 @@ func (s *rawSession) stop() {
 func (s *rawSession) MustHaveWrittenNothing() {
 	s.t.Helper()
 	st := MustOpenStore(s.t, s.dir)
-	if p, r, k, e := st.count("projects"), st.count("records"), st.count("idempotency"), len(st.events()); p+r+k+e != 0 {
+	if p, r, k, e := st.projects(), st.records(), st.keys(), len(st.events()); p+r+k+e != 0 {
 		s.t.Fatalf("projects %d records %d keys %d events %d, want none", p, r, k, e)
 	}
 }

@@ -226,7 +226,7 @@ func TestHTTP_OneWriteOverThreeTransports(t *testing.T) {
 	}
 	s.Stop()
 	st := MustOpenStore(t, dir)
-	if n, evs := st.count("projects"), st.events(); n != 1 || len(evs) != 1 || evs[0].Transport != pipeline.TransportHTTP || evs[0].Principal != "agent" {
+	if n, evs := st.projects(), st.events(); n != 1 || len(evs) != 1 || evs[0].Transport != pipeline.TransportHTTP || evs[0].Principal != "agent" {
 		t.Fatalf("projects %d, events %+v; want one write by agent over http", n, evs)
 	}
 }
@@ -287,8 +287,8 @@ func TestHTTP_IdempotencyKeyDraft(t *testing.T) {
 	}
 	d.Stop()
 	st := MustOpenStore(t, d.dir)
-	if st.count("projects") != 1 || len(st.events()) != 1 || st.count("idempotency") != 1 {
-		t.Fatalf("projects %d events %d keys %d, want one write", st.count("projects"), len(st.events()), st.count("idempotency"))
+	if st.projects() != 1 || len(st.events()) != 1 || st.keys() != 1 {
+		t.Fatalf("projects %d events %d keys %d, want one write", st.projects(), len(st.events()), st.keys())
 	}
 }
 
@@ -340,7 +340,7 @@ func TestHTTP_Tokens(t *testing.T) {
 	}
 	d.Stop()
 	st := MustOpenStore(t, d.dir)
-	if n := st.count("projects"); n != 3 {
+	if n := st.projects(); n != 3 {
 		t.Fatalf("projects %d, want the 3 authorized writes", n)
 	}
 }
@@ -393,7 +393,7 @@ func TestHTTP_EdgeAndHostileFrames(t *testing.T) {
 	if strings.Contains(d.stderr.String(), marker) {
 		t.Error("the log holds a value a frame carried")
 	}
-	if MustOpenStore(t, d.dir).count("projects") != 0 {
+	if MustOpenStore(t, d.dir).projects() != 0 {
 		t.Error("a refused request wrote")
 	}
 }
@@ -534,11 +534,11 @@ func TestHTTP_GracefulShutdown(t *testing.T) {
 			t.Errorf("acknowledged write %s has no audit event %s", key, auditID)
 		}
 	}
-	if st.count("projects") != len(events) {
-		t.Errorf("%d projects, %d events", st.count("projects"), len(events))
+	if st.projects() != len(events) {
+		t.Errorf("%d projects, %d events", st.projects(), len(events))
 	}
 	t.Logf("%d writes acknowledged, %d committed before the shutdown", len(acked), len(events))
-	st.db.Close()
+	st.s.Close()
 	again := MustStartHTTP(t, httpConfig{dir: d.dir, tokens: tokens})
 	again.Stop()
 	if strings.Contains(again.stderr.String(), "damaged") {

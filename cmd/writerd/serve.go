@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,23 +9,15 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
 
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/mcp/httpapi"
-	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 // Hooks for the writerd_testtools build (testtools.go), which the end-to-end
@@ -237,49 +227,29 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	// A held store is served as UNAVAILABLE until it opens; any other
-	// failure to open (a damaged file, a directory that cannot be made)
-	// ends start-up with one sentence, without a path.
-	store, err := boltdb.OpenPending(ctx, c.dataDir, boltstore.Init)
-	if errors.Is(err, boltdb.ErrDamaged) {
-		return errors.New(err.Error() + "; run writerd check --data DIR to list the damage")
+	cfg := daemon.Config{
+		Store: daemon.StoreConfig{Data: c.dataDir}, KeyFile: c.auditKey,
+		Limits: c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait,
+		CheckpointEvery: c.cpEvery, CheckpointInterval: c.cpInterval,
+		Logger: log, Version: version(),
 	}
-	if err != nil {
-		return fmt.Errorf("the store cannot be opened: %w", err)
+	if extraTools != nil {
+		cfg.Tools = extraTools()
 	}
-	key, err := auditlog.LoadKey(c.auditKey, newLogOrigin(), true)
-	if err != nil {
-		store.Close()
+	cfg.Wrap = wrapStorage
+	d, err := daemon.Open(ctx, cfg)
+	var keyErr *daemon.KeyError
+	if errors.As(err, &keyErr) {
 		return fmt.Errorf("serve: %w", err)
 	}
-
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	metrics.RegisterProcess(reg, version(), runtime.Version())
-	base := boltdb.NewStorage(store, boltstore.Bind)
-	var storage pipeline.Storage[handlers.Store] = base
-	if wrapStorage != nil {
-		storage = wrapStorage(storage)
-	}
-	store.ObserveCommits(m.Commit)
-	p := pipeline.New(pipeline.Config[handlers.Store]{
-		Storage: storage,
-		Limits:  c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait,
-		Logger: log, Metrics: m,
-	})
-	tools := handlers.Tools()
-	if extraTools != nil {
-		tools = append(tools, extraTools()...)
-	}
-	if err := p.Register(tools...); err != nil {
-		store.Close()
+	if err != nil {
 		return err
 	}
 
 	var ln net.Listener
 	if c.addr != "" {
 		if ln, err = net.Listen("tcp", c.addr); err != nil {
-			store.Close()
+			d.Close()
 			return fmt.Errorf("serve: cannot listen on %s: %w", c.addr, errors.Unwrap(err))
 		}
 	}
@@ -294,19 +264,18 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		"auth", authn.describe(), "principal", c.principal,
 		"max_bytes", c.limits.MaxBytes, "max_depth", c.limits.MaxDepth, "max_body", c.maxBody,
 		"key_ttl", c.keyTTL.String(), "key_wait", c.keyWait.String(),
-		"audit_origin", key.Signer.Name(), "checkpoint_every", c.cpEvery, "checkpoint_interval", c.cpInterval.String(),
-		"tools", len(tools), "version", version())
+		"audit_origin", d.Key.Signer.Name(), "checkpoint_every", c.cpEvery, "checkpoint_interval", c.cpInterval.String(),
+		"tools", d.Tools, "version", version())
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var background sync.WaitGroup
-	checkpointer := &auditlog.Checkpointer{Storage: pipeline.AuditStorage(base), Key: key, Every: c.cpEvery, Interval: c.cpInterval, Logger: log}
-	background.Go(func() { c.whenOpen(ctx, log, store, p, checkpointer) })
+	background.Go(func() { d.Run(ctx) })
 
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
 	if ln != nil {
-		httpSrv = c.httpServer(log, p, store, pipeline.AuditStorage(base), authn, reg, m, key)
+		httpSrv = d.HTTPServer(daemon.HTTP{Authenticate: authn.middleware(d.Metrics), Caller: authn.caller, MaxBody: c.maxBody})
 		go func() { httpDone <- httpSrv.Serve(ln) }()
 		if authn.tokens != nil {
 			background.Go(func() { authn.reloadOnHangup(ctx, log) })
@@ -315,19 +284,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 
 	var stdioErr error
 	if c.stdio {
-		caller := pipeline.Caller{Principal: c.principal, Scopes: pipeline.AllScopes, Transport: pipeline.TransportStdio}
-		srv := mcp.NewServer(p, mcp.Options{
-			Version: version(), Logger: log,
-			Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller },
-		})
-		// The frame limit stays well above --max-bytes, so that an oversized
-		// call is answered with INPUT_TOO_LARGE: a frame holds the arguments
-		// escaped at most sixfold (\u0000 for a byte).
-		maxFrame := max(sdk.DefaultMaxLineLength, 6*c.limits.MaxBytes+64<<10)
-		stdioErr = srv.Run(ctx, mcp.Stdio(c.Stdin, c.Stdout, mcp.StdioOptions{
-			MaxFrame: maxFrame, Logger: log,
-			OnRefuse: func(kind string) { m.TransportError(pipeline.TransportStdio, kind) },
-		}))
+		stdioErr = d.ServeStdio(ctx, c.Stdin, c.Stdout, c.principal)
 	} else {
 		select {
 		case <-ctx.Done():
@@ -349,7 +306,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	cancel()
 	background.Wait()
-	if cerr := store.Close(); cerr != nil {
+	if cerr := d.Close(); cerr != nil {
 		log.Error("close the store", "cause", cerr.Error())
 	}
 	if stdioErr != nil && !errors.Is(stdioErr, context.Canceled) && !errors.Is(stdioErr, io.EOF) {
@@ -360,92 +317,9 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// httpServer builds the HTTP daemon: the edge and routes of package
-// httpapi, with MCP over Streamable HTTP, on a server with every timeout
-// set.
-func (c *ServeCommand) httpServer(log *slog.Logger, p pipeline.Service, store *boltdb.Pending, audit auditlog.Viewer, authn *authenticator, reg *prometheus.Registry, m *metrics.Metrics, key *auditlog.Key) *http.Server {
-	mcpSrv := mcp.NewServer(p, mcp.Options{
-		Version: version(), Logger: log, MinProtocol: "2025-06-18",
-		Caller: func(ctx context.Context, _ *sdk.CallToolRequest) pipeline.Caller {
-			caller, _ := authn.caller(ctx)
-			caller.Transport = pipeline.TransportHTTP
-			return caller
-		},
-	})
-	h := httpapi.New(httpapi.Config{
-		Pipeline: p,
-		MCP: mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: log,
-			OnRefuse: func(kind string) { m.TransportError(pipeline.TransportHTTP, kind) }}),
-		Authenticate: authn.middleware(m),
-		Caller:       authn.caller,
-		Ready: func(ctx context.Context) error {
-			db := store.DB()
-			if db == nil {
-				return errors.New("the store is not open")
-			}
-			return db.Update(ctx, func(*kv.Tx) error { return nil })
-		},
-		Audit:    &httpapi.Audit{Log: audit, VerifierKey: key.VerifierKey},
-		Gatherer: reg, Metrics: m, Logger: log, MaxBody: c.maxBody,
-	})
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		// Connection-level errors (a TLS handshake, a malformed request
-		// line) are logged by kind only.
-		ErrorLog: slog.NewLogLogger(httpErrorLog{log.Handler()}, slog.LevelWarn),
-	}
-}
-
 func listenAddr(ln net.Listener) string {
 	if ln == nil {
 		return ""
 	}
 	return ln.Addr().String()
-}
-
-// whenOpen waits for the store to open, logging once that it waits and
-// once that it opened, then collects expired keys and signs audit
-// checkpoints until ctx ends, and a last checkpoint then. While
-// the store is held, nothing is collected, so nothing fails to be.
-func (c *ServeCommand) whenOpen(ctx context.Context, log *slog.Logger, store *boltdb.Pending, p *pipeline.Pipeline[handlers.Store], cp *auditlog.Checkpointer) {
-	waited := !store.IsOpen()
-	if waited {
-		log.Warn("store in use by another writerd process; answering tool calls UNAVAILABLE until it exits",
-			"retry_every", boltdb.RetryFirst.String()+" to "+boltdb.RetryMost.String())
-	}
-	select {
-	case <-store.Opened():
-	case <-ctx.Done():
-		return
-	}
-	db := store.DB()
-	if db == nil {
-		if ctx.Err() == nil {
-			log.Error("store cannot be opened; answering tool calls UNAVAILABLE", "cause", store.Err().Error())
-		}
-		return
-	}
-	if waited {
-		log.Info("store opened")
-	}
-	for _, w := range db.Warnings() {
-		log.Warn("store damaged", "damage", w, "advice", "run writerd check")
-	}
-	var signing sync.WaitGroup
-	signing.Go(func() { cp.Run(ctx) })
-	p.Run(ctx)
-	signing.Wait()
-}
-
-// newLogOrigin names a new audit log: the origin line of its checkpoints
-// and the name of its key, unique to it.
-func newLogOrigin() string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return "writerd/" + hex.EncodeToString(b)
 }

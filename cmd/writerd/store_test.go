@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
 )
 
 // pathMarker names the data directories of these tests, so that a test
@@ -53,7 +52,7 @@ func mustWrittenStore(t testing.TB, n int) string {
 // directory and returns it.
 func mustCopyStore(t testing.TB, dir string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, boltdb.FileName))
+	b, err := os.ReadFile(bolttest.File(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,80 +60,13 @@ func mustCopyStore(t testing.TB, dir string) string {
 	if err := os.Mkdir(cp, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(cp, boltdb.FileName), b, 0o600); err != nil {
+	if err := os.WriteFile(bolttest.File(cp), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return cp
 }
 
-// pages is where a stopped daemon's database keeps what the damage tests
-// break, as bbolt lays it out: every page begins with a 16-byte header
-// (id, flags, count, overflow), pages 0 and 1 are the meta pages, and the
-// elements of a branch or leaf page follow its header, 16 bytes each.
-type pages struct {
-	path     string
-	pageSize int64
-	hwm      int64  // pages in use
-	branch   uint64 // the projects bucket's root, a branch page
-	leaf     uint64 // its first child, a leaf page
-	older    int64  // the meta page bbolt does not use
-}
-
 var native = byteorder.NativeEndian
-
-func mustFindPages(t testing.TB, dir string) pages {
-	t.Helper()
-	p := pages{path: filepath.Join(dir, boltdb.FileName)}
-	db, err := bolt.Open(p.path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.pageSize = int64(db.Info().PageSize)
-	db.View(func(tx *bolt.Tx) error {
-		p.hwm = tx.Size() / p.pageSize
-		p.branch = uint64(tx.Bucket([]byte("projects")).Root())
-		return nil
-	})
-	db.Close()
-	b := p.read(t)
-	if flags := native.Uint16(b[int64(p.branch)*p.pageSize+8:]); flags != 0x01 {
-		t.Fatalf("the projects bucket's root, page %d, has flags %#x, want a branch page", p.branch, flags)
-	}
-	p.leaf = native.Uint64(b[int64(p.branch)*p.pageSize+16+8:])
-	if native.Uint64(b[16+48:]) > native.Uint64(b[p.pageSize+16+48:]) { // txids
-		p.older = 1
-	}
-	return p
-}
-
-func (p pages) read(t testing.TB) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// patch writes b at page id, offset off.
-func (p pages) patch(t testing.TB, id uint64, off int64, b []byte) {
-	t.Helper()
-	f, err := os.OpenFile(p.path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(b, int64(id)*p.pageSize+off); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// value returns the offset, in its page, of the value of a leaf element.
-func (p pages) value(t testing.TB, leaf uint64, element int64) int64 {
-	b := p.read(t)
-	e := int64(leaf)*p.pageSize + 16 + 16*element
-	return 16 + 16*element + int64(native.Uint32(b[e+4:])) + int64(native.Uint32(b[e+8:]))
-}
 
 // Ensure a damaged database never faults the daemon: a file that bbolt
 // cannot safely map, or whose pages bbolt's own check refuses, is refused
@@ -147,42 +79,42 @@ func TestStore_Damaged(t *testing.T) {
 	written := mustWrittenStore(t, 40)
 	tests := []struct {
 		name   string
-		damage func(t testing.TB, p pages)
+		damage func(t testing.TB, p bolttest.Pages)
 		refuse string // what start-up's sentence names; "" if it starts
 		warn   string // the warning start-up logs
 		check  string // a line of writerd check's list
 	}{
-		{"truncated", func(t testing.TB, p pages) {
-			os.Truncate(p.path, (p.hwm-1)*p.pageSize)
+		{"truncated", func(t testing.TB, p bolttest.Pages) {
+			p.Truncate(t, (p.HWM-1)*p.PageSize)
 		}, "the file is shorter than its meta page says (truncated?)", "", "the file is shorter than its meta page says (truncated?)"},
-		{"both meta pages", func(t testing.TB, p pages) {
-			p.patch(t, 0, 16, []byte("junk"))
-			p.patch(t, 1, 16, []byte("junk"))
+		{"both meta pages", func(t testing.TB, p bolttest.Pages) {
+			p.Patch(t, 0, 16, []byte("junk"))
+			p.Patch(t, 1, 16, []byte("junk"))
 		}, "neither meta page is valid", "", "neither meta page is valid"},
-		{"a branch page's type", func(t testing.TB, p pages) {
-			p.patch(t, p.branch, 8, native.AppendUint16(nil, 0x40))
+		{"a branch page's type", func(t testing.TB, p bolttest.Pages) {
+			p.Patch(t, p.Branch, 8, native.AppendUint16(nil, 0x40))
 		}, "is neither a branch nor a leaf page (flags 0x40)", "", "is neither a branch nor a leaf page (flags 0x40)"},
-		{"a leaf page's value size", func(t testing.TB, p pages) {
-			p.patch(t, p.leaf, 16+12, native.AppendUint32(nil, 1<<30))
+		{"a leaf page's value size", func(t testing.TB, p bolttest.Pages) {
+			p.Patch(t, p.Leaf, 16+12, native.AppendUint32(nil, 1<<30))
 		}, "the key or value of element 0 lies outside the page", "", "the key or value of element 0 lies outside the page"},
-		{"keys out of order", func(t testing.TB, p pages) {
-			b := p.read(t)
-			e := int64(p.leaf)*p.pageSize + 16 + 16 // the second element
-			p.patch(t, p.leaf, 16+16+int64(native.Uint32(b[e+4:])), []byte{0})
+		{"keys out of order", func(t testing.TB, p bolttest.Pages) {
+			b := p.Read(t)
+			e := int64(p.Leaf)*p.PageSize + 16 + 16 // the second element
+			p.Patch(t, p.Leaf, 16+16+int64(native.Uint32(b[e+4:])), []byte{0})
 		}, "bbolt's consistency check finds", "", "needs to be"},
-		{"one meta page", func(t testing.TB, p pages) {
-			p.patch(t, uint64(p.older), 16+56, make([]byte, 8)) // its checksum
+		{"one meta page", func(t testing.TB, p bolttest.Pages) {
+			p.Patch(t, uint64(p.Older), 16+56, make([]byte, 8)) // its checksum
 		}, "", "fails its checksum; bbolt uses the other one", "fails its checksum; bbolt uses the other one"},
-		{"a project's stored JSON", func(t testing.TB, p pages) {
-			p.patch(t, p.leaf, p.value(t, p.leaf, 0), []byte("#"))
+		{"a project's stored JSON", func(t testing.TB, p bolttest.Pages) {
+			p.Patch(t, p.Leaf, p.Value(t, p.Leaf, 0), []byte("#"))
 		}, "", "", "cannot be read back"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := mustCopyStore(t, written)
-			p := mustFindPages(t, dir)
+			p := bolttest.FindPages(t, dir)
 			tt.damage(t, p)
-			before := p.read(t)
+			before := p.Read(t)
 
 			check := mustRun(t, "check", "--data", dir)
 			mustNotFault(t, check.stderr)
@@ -194,7 +126,7 @@ func TestStore_Damaged(t *testing.T) {
 			if last := lines[len(lines)-1]; !strings.HasPrefix(last, "writerd check: ") || !strings.Contains(last, "problem") {
 				t.Errorf("check's last line %q, want the summary", last)
 			}
-			if !bytes.Equal(before, p.read(t)) {
+			if !bytes.Equal(before, p.Read(t)) {
 				t.Fatal("writerd check changed the file")
 			}
 
@@ -233,13 +165,13 @@ func TestStore_Damaged(t *testing.T) {
 // and says so in one line.
 func TestCheck_Clean(t *testing.T) {
 	dir := mustCopyStore(t, mustWrittenStore(t, 40))
-	before, _ := os.ReadFile(filepath.Join(dir, boltdb.FileName))
+	before, _ := os.ReadFile(bolttest.File(dir))
 	r := mustRun(t, "check", "--data", dir)
 	if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "writerd check: no problems in ") ||
 		!strings.HasSuffix(r.stdout, " pages and 40 audit events.\n") || strings.Count(r.stdout, "\n") != 1 {
 		t.Fatalf("check: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	if after, _ := os.ReadFile(filepath.Join(dir, boltdb.FileName)); !bytes.Equal(before, after) {
+	if after, _ := os.ReadFile(bolttest.File(dir)); !bytes.Equal(before, after) {
 		t.Fatal("writerd check changed the file")
 	}
 }
@@ -276,13 +208,9 @@ func TestCheck_HeldStore(t *testing.T) {
 // is gone without a delete.
 func TestCheck_DomainInvariants(t *testing.T) {
 	dir := mustCopyStore(t, mustWrittenStore(t, 2))
-	db, err := bolt.Open(filepath.Join(dir, boltdb.FileName), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var bumped, gone string
-	err = db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket([]byte("projects"))
+	bolttest.Update(t, dir, func(tx bolttest.Tx) error {
+		b := tx.Projects()
 		k, v := b.Cursor().First()
 		var p handlers.Project
 		if err := json.Unmarshal(v, &p); err != nil {
@@ -298,10 +226,6 @@ func TestCheck_DomainInvariants(t *testing.T) {
 		gone = string(k)
 		return b.Delete(k)
 	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := mustRun(t, "check", "--data", dir)
 	if r.code != 1 || !strings.Contains(r.stdout, "project "+bumped+" at revision 2 has no ok audit event\n") ||
 		!strings.Contains(r.stdout, " (create_project) wrote project "+gone+" at revision 1, which is gone without a delete event\n") ||
@@ -356,7 +280,7 @@ func TestServe_HeldStore(t *testing.T) {
 		t.Errorf("the opening is logged %d times, want once:\n%s", n, log)
 	}
 	s := MustOpenStore(t, first.dir)
-	if n := s.count("projects"); n != 2 {
+	if n := s.projects(); n != 2 {
 		t.Fatalf("projects = %d, want 2", n)
 	}
 	if evs := s.eventsFor("key-second-1"); len(evs) != 1 || evs[0].Targets[0].ID != created["id"] {
@@ -470,7 +394,7 @@ func TestLogs_NoDataDirectory(t *testing.T) {
 	})
 	t.Run("a directory where the file should be", func(t *testing.T) {
 		dir := markedDir(t)
-		if err := os.MkdirAll(filepath.Join(dir, boltdb.FileName), 0o700); err != nil {
+		if err := os.MkdirAll(bolttest.File(dir), 0o700); err != nil {
 			t.Fatal(err)
 		}
 		r := mustRun(t, "serve", "--stdio", "--data", dir)

@@ -16,20 +16,14 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/prometheus/client_golang/prometheus"
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/mcp/httpapi"
-	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
 const marker = "zzMARKERzz"
@@ -37,13 +31,13 @@ const marker = "zzMARKERzz"
 type callerKey struct{}
 
 // server is writerd's HTTP server on a loopback port, over a pipeline with
-// the built-in tools on a real bbolt file. Its Authenticate takes the
+// the built-in tools on the daemon's store. Its Authenticate takes the
 // principal from a test header, standing in for bearer tokens (package
 // auth has tests of its own).
 type server struct {
 	t            testing.TB
 	url          string
-	db           *boltdb.DB
+	d            *daemon.Daemon
 	log          *bytes.Buffer
 	mu           sync.Mutex
 	key          *auditlog.Key
@@ -62,23 +56,25 @@ func (s *server) logText() string {
 	return s.log.String()
 }
 
-// MustServe starts the server; maxBody 0 is the default. The database is
-// checked when the test ends.
+// MustServe starts the server; maxBody 0 is the default, ready nil the
+// store's. The store is checked when the test ends.
 func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *server {
 	t.Helper()
-	db, err := boltdb.Open(t.TempDir(), boltstore.Init)
+	s := &server{t: t, log: new(bytes.Buffer)}
+	log := slog.New(slog.NewJSONHandler(s, nil))
+	d, err := daemon.Open(context.Background(), daemon.Config{
+		Store:     daemon.StoreConfig{Data: t.TempDir()},
+		KeyFile:   filepath.Join(t.TempDir(), "audit.key"),
+		NewOrigin: func() string { return "writerd/test" },
+		// Every event is due a checkpoint, which the tests sign themselves.
+		CheckpointEvery: 1, CheckpointInterval: time.Hour,
+		Logger: log,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{t: t, db: db, log: new(bytes.Buffer)}
-	log := slog.New(slog.NewJSONHandler(s, nil))
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	storage := boltdb.NewStorage(db, boltstore.Bind)
-	p := pipeline.New(pipeline.Config[handlers.Store]{Storage: storage, Logger: log, Metrics: m})
-	if err := p.Register(handlers.Tools()...); err != nil {
-		t.Fatal(err)
-	}
+	s.d = d
+	p, reg, m := d.Pipeline, d.Registry, d.Metrics
 	callerOf := func(ctx context.Context) (pipeline.Caller, bool) {
 		c, ok := ctx.Value(callerKey{}).(pipeline.Caller)
 		return c, ok
@@ -89,14 +85,10 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 		return c
 	}})
 	if ready == nil {
-		ready = func(context.Context) error { return nil }
+		ready = d.Store.Ready
 	}
-	key, err := auditlog.LoadKey(filepath.Join(t.TempDir(), "audit.key"), "writerd/test", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.key = key
-	s.checkpointer = &auditlog.Checkpointer{Storage: pipeline.AuditStorage(storage), Key: key, Every: 1, Interval: time.Hour, Logger: log}
+	s.key = d.Key
+	s.checkpointer = d.Checkpointer()
 	h := httpapi.New(httpapi.Config{
 		Pipeline: p,
 		MCP:      mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: log}),
@@ -115,16 +107,20 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 			})
 		},
 		Caller: callerOf, Ready: ready, Gatherer: reg, Metrics: m, Logger: log, MaxBody: maxBody,
-		Audit: &httpapi.Audit{Log: pipeline.AuditStorage(storage), VerifierKey: key.VerifierKey},
+		Audit: &httpapi.Audit{Log: d.Audit(), VerifierKey: d.Key.VerifierKey},
 	})
 	ts := httptest.NewServer(h)
 	s.url = ts.URL
 	t.Cleanup(func() {
 		ts.Close()
-		if err := db.Bolt().View(boltdb.Check); err != nil {
+		_, _, problems, err := handlers.CheckStore(context.Background(), d.Store, time.Now())
+		if err != nil {
 			t.Error(err)
 		}
-		db.Close()
+		for _, p := range problems {
+			t.Error(p)
+		}
+		d.Close()
 	})
 	return s
 }
@@ -155,12 +151,40 @@ func (s *server) Do(method, path, body string, headers ...string) reply {
 	return reply{resp.StatusCode, resp.Header, string(b)}
 }
 
-// events counts the audit events; projects the projects.
-func (s *server) count(bucket string) int {
+// view runs fn in a read transaction of the store.
+func (s *server) view(fn func(tx pipeline.Tx[handlers.Store]) error) {
+	s.t.Helper()
+	if err := s.d.Store.View(context.Background(), fn); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// events counts the audit events in the store.
+func (s *server) events() int {
 	s.t.Helper()
 	var n int
-	s.db.Bolt().View(func(tx *bolt.Tx) error {
-		n = tx.Bucket([]byte(bucket)).Stats().KeyN
+	s.view(func(tx pipeline.Tx[handlers.Store]) error {
+		return auditlog.All(tx.Audit(), func(*auditlog.Event) error { n++; return nil })
+	})
+	return n
+}
+
+// projects counts the projects in the store.
+func (s *server) projects() int {
+	s.t.Helper()
+	var n int
+	s.view(func(tx pipeline.Tx[handlers.Store]) error {
+		for after, more := "", true; more; {
+			page, m, err := tx.Domain().Projects(after, 100)
+			if err != nil {
+				return err
+			}
+			for _, p := range page {
+				n++
+				after = p.ID
+			}
+			more = m
+		}
 		return nil
 	})
 	return n
@@ -243,7 +267,7 @@ func TestAPI_IdempotencyKeyHeader(t *testing.T) {
 	mustEnvelope(t, s.Do("POST", create, `{"name":"b"}`, "Idempotency-Key", "k-00000007", "Idempotency-Key", "k-00000008"), pipeline.InvalidInput)
 	mustEnvelope(t, s.Do("POST", create, `{"name":"b"}`, "Idempotency-Key", "k-00000009", "Test-Read-Only", "1"), pipeline.PermissionDenied)
 	mustEnvelope(t, s.Do("POST", "/v1/tools/"+marker, `{}`), pipeline.NotFound)
-	if p, e := s.count("projects"), s.count("audit_events"); p != 2 || e != 2 {
+	if p, e := s.projects(), s.events(); p != 2 || e != 2 {
 		t.Fatalf("projects %d events %d, want 2 and 2: rejections wrote something", p, e)
 	}
 }
@@ -270,8 +294,8 @@ func TestAPI_ConcurrentSameKey(t *testing.T) {
 			t.Fatalf("answer %d %s", r.status, r.body)
 		}
 	}
-	if created != 1 || s.count("projects") != 1 || s.count("audit_events") != 1 {
-		t.Fatalf("created %d, projects %d, events %d; want one write", created, s.count("projects"), s.count("audit_events"))
+	if created != 1 || s.projects() != 1 || s.events() != 1 {
+		t.Fatalf("created %d, projects %d, events %d; want one write", created, s.projects(), s.events())
 	}
 }
 
@@ -297,7 +321,7 @@ func TestEdge_RefusesCrossOriginAndForeignHost(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	mustEnvelope(t, reply{resp.StatusCode, resp.Header, string(b)}, pipeline.PermissionDenied)
-	if s.count("projects") != 0 {
+	if s.projects() != 0 {
 		t.Fatal("a refused request wrote")
 	}
 }
@@ -315,9 +339,9 @@ func TestEdge_RequestID(t *testing.T) {
 		t.Fatalf("a malformed request id was adopted: %q", id)
 	}
 	var ev *auditlog.Event
-	s.db.Bolt().View(func(tx *bolt.Tx) error {
+	s.d.Store.View(context.Background(), func(tx pipeline.Tx[handlers.Store]) error {
 		var err error
-		ev, err = auditlog.Get(boltlog.Bind(kv.Wrap(tx)), 1)
+		ev, err = auditlog.Get(tx.Audit(), 1)
 		return err
 	})
 	if ev == nil || ev.RequestID != "req-123.abc" || ev.Transport != pipeline.TransportAPI {
@@ -400,7 +424,7 @@ func TestMCP_OverHTTP(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("create_project over MCP HTTP: %v %+v", err, res)
 	}
-	if s.count("projects") != 1 {
+	if s.projects() != 1 {
 		t.Fatal("the call wrote no project")
 	}
 	api := s.Do("POST", "/v1/tools/create_project", `{"name":"alpha"}`, "Idempotency-Key", "k-00000001")
@@ -479,8 +503,8 @@ func TestAudit_API(t *testing.T) {
 			t.Fatalf("event %s: %d %s", ref, r.status, r.body)
 		}
 		var canonical []byte
-		s.db.Bolt().View(func(tx *bolt.Tx) error {
-			c, err := boltlog.Bind(kv.Wrap(tx)).Leaf(answer.Event.Seq)
+		s.d.Store.View(context.Background(), func(tx pipeline.Tx[handlers.Store]) error {
+			c, err := tx.Audit().Leaf(answer.Event.Seq)
 			canonical = bytes.Clone(c)
 			return err
 		})

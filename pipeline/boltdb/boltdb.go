@@ -40,6 +40,11 @@ const FileName = "writerd.db"
 // the database.
 var ErrLocked = errors.New("boltdb: the database is in use by another process")
 
+// HeldMessage is what a call is told while another process holds the
+// database: a fixed sentence, without a path. A daemon that waits for the
+// file answers with it (UNAVAILABLE, retry same_key).
+const HeldMessage = "The store is in use by another writerd process. Send the call again with the same key in a little while; if this persists, give each client its own --data directory, or share one writerd daemon over HTTP (writerd serve --addr) among them."
+
 // ErrNoDatabase is returned by OpenReadOnly when the data directory holds
 // no database.
 var ErrNoDatabase = errors.New("boltdb: no database in the data directory")
@@ -88,12 +93,30 @@ func Open(dir string, inits ...func(*kv.Tx) error) (*DB, error) {
 	return d, nil
 }
 
+// ErrOldLayout is returned by OpenReadOnly for a database an earlier
+// writerd wrote, whose stores Open would convert first.
+var ErrOldLayout = errors.New("boltdb: the database was written by an earlier writerd; Open converts it")
+
 // OpenReadOnly opens the database in dir for reading, as writerd check
-// and the audit commands do. It creates nothing: a missing directory or
-// file is ErrNoDatabase. It checks the file as Open does and shares its
-// lock with other readers; ErrLocked if a daemon holds it.
+// and the audit commands do. It creates and converts nothing: a missing
+// directory or file is ErrNoDatabase, stores of an earlier layout
+// ErrOldLayout. It checks the file as Open does and shares its lock with
+// other readers; ErrLocked if a daemon holds it.
 func OpenReadOnly(dir string) (*DB, error) {
-	return open(dir, true)
+	d, err := open(dir, true)
+	if err != nil {
+		return nil, err
+	}
+	current := false
+	d.db.View(func(tx *bolt.Tx) error {
+		current = boltkeys.Current(tx) && boltlog.Current(tx)
+		return nil
+	})
+	if !current {
+		d.Close()
+		return nil, ErrOldLayout
+	}
+	return d, nil
 }
 
 func open(dir string, readOnly bool) (*DB, error) {

@@ -224,8 +224,9 @@ func TestClosed_Unavailable(t *testing.T) {
 	}
 }
 
-// Ensure Check passes a database the pipeline wrote, and names an
-// idempotency record whose audit event is missing.
+// Ensure Check, bbolt's own checks, passes a new database and names a
+// record the idempotency index does not name; and that pipeline.Check on
+// it names an idempotency record whose audit event is missing.
 func TestCheck(t *testing.T) {
 	db := MustOpen(t, t.TempDir())
 	if err := db.Bolt().View(boltdb.Check); err != nil {
@@ -235,8 +236,17 @@ func TestCheck(t *testing.T) {
 	if err := db.Update(ctx, func(tx *kv.Tx) error { return boltkeys.Store{}.Put(tx, orphan) }); err != nil {
 		t.Fatal(err)
 	}
-	err := db.Bolt().View(boltdb.Check)
-	if err == nil || !strings.Contains(err.Error(), "p/k-orphan1") {
-		t.Fatalf("Check = %v, want the orphan record named", err)
+	if err := db.Bolt().View(boltdb.Check); err != nil {
+		t.Fatalf("a sound index fails the check: %v", err)
+	}
+	if err := invariants(t, db); err == nil || !strings.Contains(err.Error(), "p/k-orphan1") {
+		t.Fatalf("pipeline.Check = %v, want the orphan record named", err)
+	}
+	err := db.Update(ctx, func(tx *kv.Tx) error { return tx.Bucket([]byte("idempotency")).Delete([]byte("p\x00k-orphan1")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Bolt().View(boltdb.Check); err == nil || !strings.Contains(err.Error(), "p/k-orphan1 is not the one its index entry names") {
+		t.Fatalf("Check = %v, want the record its index lost named", err)
 	}
 }

@@ -2,92 +2,33 @@ package boltdb
 
 import (
 	"errors"
-	"fmt"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline/boltdb/boltkeys"
-	"github.com/writerd/writerd/pipeline/boltdb/boltlog"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
-// Check verifies what the pipeline promises of a database, and returns
-// every problem found, joined (errors.Join: one problem per line):
+// Check runs the physical checks of a database, those of the bbolt
+// backend alone, and returns every problem found, joined (errors.Join:
+// one problem per line):
 //
 //   - the file's own consistency (bbolt's Tx.Check: every page reachable
 //     once or free, keys in order);
-//   - audit sequence numbers dense from 1, and event times non-decreasing
-//     in sequence order (the pipeline takes a call's time inside its write
-//     transaction);
 //   - the idempotency index names each record once, by its principal and
-//     key;
-//   - every idempotency record points at the audit event of its principal,
-//     key and digest;
-//   - one event per live record: for each record not expired now, exactly
-//     one audit event of its principal and key lies at or after the
-//     record's creation, and it is the record's event.
+//     key.
 //
-// Tests run it after each test, as bbolt's own tests do; writerd check
-// runs it with the domain store's check. It reads the whole database.
+// What every backend promises is checked through the interfaces, by
+// pipeline.Check and the domain's own check (handlers.Check); a domain on
+// bbolt adds its physical checks through its Domain. Storage.Check runs
+// them all but the domain's promises.
 func Check(btx *bolt.Tx) error {
-	tx := kv.Wrap(btx)
 	var errs []error
 	for err := range btx.Check() {
 		errs = append(errs, err)
 	}
-	events := map[string]*auditlog.Event{}
-	byKey := map[[2]string][]*auditlog.Event{}
-	var want uint64 = 1
-	var last *auditlog.Event
-	err := auditlog.All(boltlog.Bind(tx), func(e *auditlog.Event) error {
-		if e.Seq != want {
-			errs = append(errs, fmt.Errorf("audit event %s has seq %d, want %d", e.ID, e.Seq, want))
-		}
-		if last != nil && e.Time.Before(last.Time) {
-			errs = append(errs, fmt.Errorf("audit event %d is dated %s, before event %d (%s)",
-				e.Seq, e.Time.Format(time.RFC3339Nano), last.Seq, last.Time.Format(time.RFC3339Nano)))
-		}
-		want, last = e.Seq+1, e
-		events[e.ID] = e
-		k := [2]string{e.Principal, e.IdempotencyKey}
-		byKey[k] = append(byKey[k], e)
-		return nil
-	})
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("audit events: %w", err))...)
-	}
-	if err := (boltkeys.Store{}).Check(tx); err != nil {
+	if err := (boltkeys.Store{}).Check(kv.Wrap(btx)); err != nil {
 		errs = append(errs, err)
-	}
-	now := time.Now()
-	err = boltkeys.Store{}.ForEach(tx, func(r *idempotency.Record) error {
-		if e := events[r.AuditID]; e == nil || e.IdempotencyKey != r.Key || e.Principal != r.Principal || e.Digest != r.Digest {
-			errs = append(errs, fmt.Errorf("idempotency record %s/%s has no audit event of its key and digest", r.Principal, r.Key))
-		}
-		if r.Expired(now) {
-			return nil
-		}
-		var since []*auditlog.Event
-		for _, e := range byKey[[2]string{r.Principal, r.Key}] {
-			if !e.Time.Before(r.CreatedAt) {
-				since = append(since, e)
-			}
-		}
-		switch {
-		case len(since) == 0:
-			errs = append(errs, fmt.Errorf("idempotency record %s/%s has no audit event since it was created", r.Principal, r.Key))
-		case len(since) > 1:
-			errs = append(errs, fmt.Errorf("idempotency record %s/%s has %d audit events since it was created, want one", r.Principal, r.Key, len(since)))
-		case since[0].ID != r.AuditID:
-			errs = append(errs, fmt.Errorf("the audit event since idempotency record %s/%s was created is not the record's own", r.Principal, r.Key))
-		}
-		return nil
-	})
-	if err != nil {
-		errs = append(errs, fmt.Errorf("idempotency records: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -2,13 +2,19 @@
 // domain, the idempotency records and the audit log, so that one bbolt
 // transaction commits a write, its record and its audit event together.
 //
+// The backend is this one subtree: this package, kv (the transaction with
+// savepoints every store takes), boltkeys (idempotency records), boltlog
+// (the audit log), boltstore (the built-in tools' domain, and Open, the
+// daemon's store), and bolttest (damage on purpose, for tests elsewhere).
+//
 // DB runs transactions of one type, *kv.Tx (a bbolt transaction with
-// savepoints), which every bbolt store takes: idempotency/boltkeys,
-// auditlog/boltlog, handlers/boltstore. Writes are group-committed
+// savepoints), which every bbolt store takes. Writes are group-committed
 // (group.go), and every commit is fsynced before Update returns. Storage
-// (NewStorage) is the pipeline's Storage[D] on a DB or a Pending: each of
+// (OpenStorage, NewStorage) is the pipeline's Store[D] on a DB: each of
 // its transactions binds the key store, the audit log and the domain
-// store D to one *kv.Tx.
+// store D to one *kv.Tx, and it gives a daemon readiness, the commits and
+// the physical checks. It passes the conformance suite
+// (pipeline/storetest).
 //
 // bbolt maps the file and trusts it: a truncated file or a damaged page
 // faults (SIGBUS, SIGSEGV), which no recover can catch. So Open and
@@ -17,12 +23,12 @@
 // tree (file.go), and Open runs bbolt's own consistency check once mapped;
 // a damaged file is a *DamagedError, one sentence naming the damage. On a
 // database of 100k writes (303 MiB) the checks cost Open about 140 ms
-// (BenchmarkStartup). Check adds the pipeline's invariants, for tests and
-// writerd check.
+// (BenchmarkStartup). Check runs bbolt's own consistency check and the
+// idempotency index's, for Storage.Check and writerd check.
 //
-// Pending is the Storage of a daemon whose database another process holds:
-// it answers UNAVAILABLE (retry same_key) with HeldMessage and opens the
-// database as soon as it is free.
+// A file another process holds is ErrLocked; the daemon's assembly
+// (internal/daemon) answers calls UNAVAILABLE with HeldMessage meanwhile
+// and opens the store as soon as it is free.
 //
 // Errors never carry the data directory's path: storage errors name the
 // file as <data>/writerd.db (docs/DESIGN.md section 8), and unwrap to the

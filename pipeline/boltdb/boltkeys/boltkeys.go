@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
@@ -74,6 +76,12 @@ func (Store) Init(t *kv.Tx) error {
 		}
 	}
 	return nil
+}
+
+// Current reports whether tx holds records of the current layout, which
+// Init need not convert: what a reader that cannot write needs.
+func Current(btx *bolt.Tx) bool {
+	return btx.Bucket(indexBucket) != nil && btx.Bucket(recordBucket) != nil
 }
 
 // indexKey is a record's key in the index: principal 0x00 key.

@@ -105,63 +105,17 @@ func record(principal, key, digest string, expires time.Time) *idempotency.Recor
 	}
 }
 
-// Ensure a record comes back as it was stored, its result byte for byte
-// (a replay must be byte-identical), and that an absent key is nil.
-func TestBolt_PutGet(t *testing.T) {
-	db := MustOpen(t)
-	completed := record("agent", "k-00000001", "d1", now.Add(time.Hour))
-	completed.Result = []byte("{\"b\": 1,  \"a\":[ ],\n\"é\":\"\\u00e9\"}") // not canonical: kept as is
-	failed := &idempotency.Record{
-		Principal: "agent", Key: "k-00000002", Tool: "delete_record", Digest: "d2",
-		State: idempotency.Failed, Code: "REVISION_CONFLICT", AuditID: "01JAUDIT2",
-		CreatedAt: now, ExpiresAt: now.Add(time.Hour),
-	}
-	expired := record("agent", "k-00000003", "d3", now.Add(-time.Hour))
-	MustPut(t, db, completed, failed, expired)
+// The promises of the key store every backend keeps (records come back
+// as stored, keys are per principal, collection's steps and edges) are
+// the conformance suite's (pipeline/storetest); these tests hold bbolt's
+// layout.
 
-	for _, want := range []*idempotency.Record{completed, failed, expired} {
-		got := MustGet(t, db, want.Principal, want.Key)
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("Get(%s) = %+v, want %+v", want.Key, got, want)
-		}
-	}
-	if got := MustGet(t, db, "agent", "k-00000004"); got != nil {
-		t.Errorf("Get of an unused key = %+v, want nil", got)
-	}
-}
-
-// Ensure Put over an expired record of the same key replaces it.
-func TestBolt_PutReplaces(t *testing.T) {
-	db := MustOpen(t)
-	MustPut(t, db, record("agent", "k-00000001", "old", now.Add(-time.Hour)))
-	MustPut(t, db, record("agent", "k-00000001", "new", now.Add(time.Hour)))
-	if got := MustGet(t, db, "agent", "k-00000001"); got.Digest != "new" {
-		t.Errorf("digest after replace = %q, want new", got.Digest)
-	}
-	if n := len(storedKeys(t, db)); n != 1 {
-		t.Errorf("records stored = %d, want 1", n)
-	}
-}
-
-// Ensure keys are scoped by principal: principal and key are joined with a
-// 0x00 byte, so "a"+"key" and "ak"+"ey" are two records, and one principal
-// never sees another's.
-func TestBolt_KeysScopedByPrincipal(t *testing.T) {
+// Ensure the index joins principal and key with a 0x00 byte, so that "a"
+// with "key" and "ak" with "ey" are two entries.
+func TestBolt_IndexKeys(t *testing.T) {
 	db := MustOpen(t)
 	exp := now.Add(time.Hour)
 	MustPut(t, db, record("a", "key", "of a", exp), record("ak", "ey", "of ak", exp))
-
-	if got := MustGet(t, db, "a", "key"); got == nil || got.Digest != "of a" {
-		t.Errorf(`Get("a", "key") = %+v, want the record of a`, got)
-	}
-	if got := MustGet(t, db, "ak", "ey"); got == nil || got.Digest != "of ak" {
-		t.Errorf(`Get("ak", "ey") = %+v, want the record of ak`, got)
-	}
-	for _, pk := range [][2]string{{"b", "key"}, {"", "akey"}, {"akey", ""}, {"a", "ke"}} {
-		if got := MustGet(t, db, pk[0], pk[1]); got != nil {
-			t.Errorf("Get(%q, %q) = %+v, want nil", pk[0], pk[1], got)
-		}
-	}
 	want := [][]byte{[]byte("a\x00key"), []byte("ak\x00ey")}
 	if got := storedKeys(t, db); !reflect.DeepEqual(got, want) {
 		t.Errorf("storage keys = %q, want %q", got, want)
@@ -185,78 +139,34 @@ func expiries(t testing.TB, db *bolt.DB) []time.Duration {
 	return out
 }
 
-// Ensure Collect goes through the records in the order they expire, in
-// bounded steps: each step deletes at most limit expired records, the
-// earliest first, with their index entries, says whether more remain, and
-// never touches a live one; a record expiring exactly now is expired, one
-// a nanosecond later is not; HasExpired says whether a step is due.
-func TestBolt_Collect(t *testing.T) {
-	const n = 2500
-	for _, limit := range []int{1000, 97, n} {
-		t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) {
-			t.Parallel()
-			db := MustOpen(t)
-			var rs []*idempotency.Record
-			expired := 0
-			for i := range n {
-				exp := now.Add(time.Duration(i%3-1) * time.Hour)
-				switch i {
-				case 10:
-					exp = now
-				case 11:
-					exp = now.Add(time.Nanosecond)
-				}
-				r := record(fmt.Sprintf("p%d", i%5), fmt.Sprintf("key-%06d", i*7919%n), "d", exp)
-				rs = append(rs, r)
-				if r.Expired(now) {
-					expired++
-				}
-			}
-			MustPut(t, db, rs...)
-			if got := len(storedKeys(t, db)); got != n {
-				t.Fatalf("%d index entries, want %d", got, n)
-			}
-			if got := expiries(t, db); !slices.IsSorted(got) || len(got) != n {
-				t.Fatalf("%d records, want %d in the order they expire", len(got), n)
-			}
-			left := expired
-			for step := 0; ; step++ {
-				var deleted int
-				var more, due bool
-				MustUpdate(t, db, func(tx *bolt.Tx) error {
-					var err error
-					if due, err = store.HasExpired(kv.Wrap(tx), now); err != nil {
-						return err
-					}
-					deleted, more, err = store.Collect(kv.Wrap(tx), now, limit)
-					return err
-				})
-				if due != (left > 0) {
-					t.Fatalf("step %d: HasExpired %v with %d expired left", step, due, left)
-				}
-				if want := min(limit, left); deleted != want {
-					t.Fatalf("step %d deleted %d, want %d", step, deleted, want)
-				}
-				left -= deleted
-				if more != (left > 0) {
-					t.Fatalf("step %d: more %v with %d expired left", step, more, left)
-				}
-				if !more {
-					break
-				}
-			}
-			for _, r := range rs {
-				if got := MustGet(t, db, r.Principal, r.Key); (got == nil) != r.Expired(now) {
-					t.Errorf("record %s/%s (expires %v) present = %v", r.Principal, r.Key, r.ExpiresAt.Sub(now), got != nil)
-				}
-			}
-			if got := len(storedKeys(t, db)); got != n-expired {
-				t.Fatalf("%d index entries after collection, want %d", got, n-expired)
-			}
-			if got := expiries(t, db); len(got) != n-expired || (len(got) > 0 && got[0] <= 0) {
-				t.Fatalf("%d records after collection, the first expiring at now%+v; want %d, all live", len(got), got[0], n-expired)
-			}
-		})
+// Ensure records are stored in the order they expire, so that collection
+// cuts the bucket from its start: after a collection the first record is
+// live, and every record has its one index entry.
+func TestBolt_RecordsInExpiryOrder(t *testing.T) {
+	const n = 500
+	db := MustOpen(t)
+	var rs []*idempotency.Record
+	live := 0
+	for i := range n {
+		r := record(fmt.Sprintf("p%d", i%5), fmt.Sprintf("key-%06d", i*7919%n), "d", now.Add(time.Duration(i%3-1)*time.Hour))
+		rs = append(rs, r)
+		if !r.Expired(now) {
+			live++
+		}
+	}
+	MustPut(t, db, rs...)
+	if got := expiries(t, db); !slices.IsSorted(got) || len(got) != n {
+		t.Fatalf("%d records, want %d in the order they expire", len(got), n)
+	}
+	MustUpdate(t, db, func(tx *bolt.Tx) error {
+		_, _, err := store.Collect(kv.Wrap(tx), now, n)
+		return err
+	})
+	if got := expiries(t, db); len(got) != live || got[0] <= 0 {
+		t.Fatalf("%d records after collection, the first expiring at now%+v; want %d, all live", len(got), got[0], live)
+	}
+	if got := len(storedKeys(t, db)); got != live {
+		t.Fatalf("%d index entries after collection, want %d", got, live)
 	}
 }
 
@@ -269,13 +179,9 @@ func TestBolt_PutReplacesTheExpiredRecord(t *testing.T) {
 	if got := expiries(t, db); len(got) != 1 || got[0] != time.Hour {
 		t.Fatalf("records expiring at now%+v, want one at the new expiry", got)
 	}
-	MustUpdate(t, db, func(tx *bolt.Tx) error {
-		due, err := store.HasExpired(kv.Wrap(tx), now)
-		if due {
-			t.Error("HasExpired with only a live record")
-		}
-		return err
-	})
+	if got := len(storedKeys(t, db)); got != 1 {
+		t.Fatalf("%d index entries, want 1", got)
+	}
 }
 
 // Ensure Init converts a store of the earlier layout, JSON records under

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/auditlog"
@@ -102,76 +100,6 @@ func okEvent(tm time.Time) *auditlog.Event {
 	return &auditlog.Event{
 		Time: tm, RequestID: "01JGHJ0QZ5CCCCCCCCCCCCCCCC", Principal: "local", Transport: "go",
 		Tool: "create_project", IdempotencyKey: "k-00000001", Digest: "ab", Outcome: auditlog.OK,
-	}
-}
-
-// Ensure appends get dense sequence numbers from 1, across transactions and
-// within one, and distinct ULIDs that carry the event's time.
-func TestAppend_SeqAndID(t *testing.T) {
-	db := MustOpen(t)
-	var evs []*auditlog.Event
-	for i := range 7 {
-		evs = append(evs, okEvent(t0.Add(time.Duration(i)*time.Second)))
-	}
-	MustAppend(t, db, evs[0])
-	MustAppend(t, db, evs[1])
-	MustAppend(t, db, evs[2:]...)
-
-	ids := map[string]bool{}
-	for i, e := range evs {
-		if e.Seq != uint64(i+1) {
-			t.Errorf("event %d: seq = %d, want %d", i, e.Seq, i+1)
-		}
-		id, err := ulid.ParseStrict(e.ID)
-		if err != nil {
-			t.Fatalf("event %d: id %q is not a ULID: %v", i, e.ID, err)
-		}
-		if got := ulid.Time(id.Time()); !got.Equal(e.Time.Truncate(time.Millisecond)) {
-			t.Errorf("event %d: ULID time = %v, want the event's %v", i, got, e.Time)
-		}
-		ids[e.ID] = true
-	}
-	if len(ids) != len(evs) {
-		t.Errorf("%d distinct ids for %d events", len(ids), len(evs))
-	}
-	if got := slices.Sorted(maps.Keys(stored(t, db))); !reflect.DeepEqual(got, []uint64{1, 2, 3, 4, 5, 6, 7}) {
-		t.Errorf("stored sequence numbers = %v, want 1…7", got)
-	}
-}
-
-// Ensure an append in a transaction that rolls back leaves no event, and
-// the next committed append still gets sequence number 1.
-func TestAppend_RolledBack(t *testing.T) {
-	db := MustOpen(t)
-	failed := errors.New("the write failed")
-	lost := okEvent(t0)
-	err := db.Update(func(tx *bolt.Tx) error {
-		if err := boltlog.Bind(kv.Wrap(tx)).Append(lost); err != nil {
-			return err
-		}
-		if err := boltlog.Bind(kv.Wrap(tx)).Append(okEvent(t0)); err != nil {
-			return err
-		}
-		return failed
-	})
-	if !errors.Is(err, failed) {
-		t.Fatalf("Update: err = %v, want the fn's error", err)
-	}
-	if got := stored(t, db); len(got) != 0 {
-		t.Fatalf("events after rollback = %d, want 0", len(got))
-	}
-	MustView(t, db, func(tx *bolt.Tx) error {
-		if _, err := auditlog.ByID(boltlog.Bind(kv.Wrap(tx)), lost.ID); !errors.Is(err, auditlog.ErrNotFound) {
-			t.Errorf("ByID of a rolled-back event: err = %v, want ErrNotFound", err)
-		}
-		return nil
-	})
-
-	first, second := okEvent(t0), okEvent(t0)
-	MustAppend(t, db, first)
-	MustAppend(t, db, second)
-	if first.Seq != 1 || second.Seq != 2 {
-		t.Errorf("seqs after a rollback = %d, %d, want 1, 2", first.Seq, second.Seq)
 	}
 }
 
@@ -287,73 +215,6 @@ func TestAppend_Golden(t *testing.T) {
 		}
 		if !bytes.Equal(b, first) {
 			t.Errorf("decoded and re-encoded:\n%s\nstored:\n%s", b, first)
-		}
-		return nil
-	})
-}
-
-// Ensure every reader returns the events as appended, in sequence order,
-// and ErrNotFound for what does not exist.
-func TestReaders(t *testing.T) {
-	db := MustOpen(t)
-	evs := []*auditlog.Event{failedEvent(), okEvent(t0.Add(time.Second)), okEvent(t0.Add(2 * time.Second))}
-	MustAppend(t, db, evs[0])
-	MustAppend(t, db, evs[1:]...)
-	stopped := errors.New("stop")
-
-	MustView(t, db, func(tx *bolt.Tx) error {
-		for _, want := range evs {
-			if got, err := auditlog.Get(boltlog.Bind(kv.Wrap(tx)), want.Seq); err != nil || !reflect.DeepEqual(got, want) {
-				t.Errorf("Get(%d) = %+v, %v, want %+v", want.Seq, got, err, want)
-			}
-			if got, err := auditlog.ByID(boltlog.Bind(kv.Wrap(tx)), want.ID); err != nil || !reflect.DeepEqual(got, want) {
-				t.Errorf("ByID(%s) = %+v, %v, want %+v", want.ID, got, err, want)
-			}
-		}
-		for _, seq := range []uint64{0, 4, 1 << 63} {
-			if _, err := auditlog.Get(boltlog.Bind(kv.Wrap(tx)), seq); !errors.Is(err, auditlog.ErrNotFound) {
-				t.Errorf("Get(%d): err = %v, want ErrNotFound", seq, err)
-			}
-		}
-		for _, id := range []string{"01ARZ3NDEKTSV4RRFFQ69G5FAV", "", evs[0].ID[:25]} {
-			if _, err := auditlog.ByID(boltlog.Bind(kv.Wrap(tx)), id); !errors.Is(err, auditlog.ErrNotFound) {
-				t.Errorf("ByID(%q): err = %v, want ErrNotFound", id, err)
-			}
-		}
-
-		var got []*auditlog.Event
-		if err := auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(e *auditlog.Event) error { got = append(got, e); return nil }); err != nil {
-			return err
-		}
-		if !reflect.DeepEqual(got, evs) {
-			t.Errorf("ForEach gave %+v, want %+v", got, evs)
-		}
-		got = nil
-		err := auditlog.All(boltlog.Bind(kv.Wrap(tx)), func(e *auditlog.Event) error {
-			got = append(got, e)
-			if e.Seq == 2 {
-				return stopped
-			}
-			return nil
-		})
-		if !errors.Is(err, stopped) || len(got) != 2 {
-			t.Errorf("ForEach stopping at 2: err = %v after %d events, want the fn's error after 2", err, len(got))
-		}
-
-		var seqs []uint64
-		err = raw(kv.Wrap(tx), func(seq uint64, b []byte) error {
-			seqs = append(seqs, seq)
-			var e auditlog.Event
-			if err := json.Unmarshal(b, &e); err != nil || e.Seq != seq {
-				t.Errorf("Raw(%d) bytes hold seq %d (err %v)", seq, e.Seq, err)
-			}
-			if seq == 1 {
-				return stopped
-			}
-			return nil
-		})
-		if !errors.Is(err, stopped) || !reflect.DeepEqual(seqs, []uint64{1}) {
-			t.Errorf("Raw stopping at 1: err = %v after %v, want the fn's error after [1]", err, seqs)
 		}
 		return nil
 	})

@@ -9,10 +9,12 @@
 // searches, with no index. Both buckets only grow and are filled to the
 // brim. A log written before the tree existed is converted by Init.
 //
-// Log's methods take the caller's transaction (a *kv.Tx); pipeline/boltdb
-// binds Append to each write transaction as the pipeline's audit log, and
-// the audit API and CLI read through the rest. Checkpointer signs
-// checkpoints in transactions of its own.
+// Log is the log bound to one transaction (Bind, of a *kv.Tx): the
+// pipeline's audit log in a write transaction, and auditlog's read seam
+// (Reader, Writer) for every reader. Lookups, listing, roots, proofs and
+// exports are package auditlog's, over the seam, the same on every
+// backend; this package keeps the events, the stored hashes
+// (ReadHashes) and the checkpoints.
 //
 // Caveats: sequence numbers come from the bucket's sequence, which a rolled
 // back transaction (or savepoint) also rolls back, so the sequence stays

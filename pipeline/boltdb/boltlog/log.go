@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+	bolt "go.etcd.io/bbolt"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
@@ -55,6 +56,12 @@ func Init(t *kv.Tx) error {
 		return convertLegacy(t)
 	}
 	return nil
+}
+
+// Current reports whether tx holds a log of the current layout, one Init
+// need not convert: what a reader that cannot write needs.
+func Current(btx *bolt.Tx) bool {
+	return btx.Bucket(eventsBucket) != nil && btx.Bucket(checkpointsBucket) != nil && btx.Bucket(legacyIDsBucket) == nil
 }
 
 func eventsOf(t *kv.Tx) (*kv.Bucket, error) {

@@ -340,32 +340,6 @@ func TestVerify_FromPrefix(t *testing.T) {
 	}
 }
 
-// Ensure the checkpointer signs only when the log grew, its checkpoint
-// opens with the log's key and names the tree as it is.
-func TestCheckpointer_Sign(t *testing.T) {
-	l := MustSignedLog(t, "writerd/test-log")
-	if signed, err := l.cp.Sign(context.Background()); err != nil || signed {
-		t.Fatalf("an empty log: signed %v, %v", signed, err)
-	}
-	MustAppendN(t, l.db, 3)
-	if signed, _ := l.cp.Sign(context.Background()); !signed {
-		t.Fatal("a grown log was not signed")
-	}
-	if signed, _ := l.cp.Sign(context.Background()); signed {
-		t.Fatal("an unchanged log was signed again")
-	}
-	c, err := auditlog.OpenCheckpoint(l.latest(), l.key.Verifier)
-	if err != nil || c.Size != 3 || c.Origin != "writerd/test-log" {
-		t.Fatalf("checkpoint %+v, %v", c, err)
-	}
-	MustView(t, l.db, func(tx *bolt.Tx) error {
-		if root, _ := auditlog.TreeHash(boltlog.Bind(kv.Wrap(tx)), 3); root != c.Root {
-			t.Errorf("the checkpoint's root is not the tree's")
-		}
-		return nil
-	})
-}
-
 // Ensure a log of the format before the tree (seq → canonical JSON, and an
 // id index) is converted by Init: the same leaves, their tree hashes
 // added, the index dropped, and appends go on.
@@ -416,44 +390,4 @@ func TestInit_ConvertsTheFormatBeforeTheTree(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// Ensure an export verifies offline with its own header, from the start
-// and from a later event, and fails with one line edited.
-func TestExport_VerifiesOffline(t *testing.T) {
-	l := MustSignedLog(t, "writerd/test-log")
-	MustAppendN(t, l.db, 9)
-	l.sign()
-	MustAppendN(t, l.db, 2) // after the checkpoint: not exported
-	for _, from := range []uint64{1, 5} {
-		var buf bytes.Buffer
-		MustView(t, l.db, func(tx *bolt.Tx) error {
-			return auditlog.Export(boltlog.Bind(kv.Wrap(tx)), &buf, from, l.key.VerifierKey)
-		})
-		check := func(b []byte) *auditlog.Verification {
-			h, events, err := auditlog.ReadExport(bytes.NewReader(b))
-			if err != nil {
-				t.Fatal(err)
-			}
-			key, err := auditlog.ParseVerifierKey(h.VerifierKey)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := auditlog.Verify(auditlog.Input{Key: key, Checkpoints: [][]byte{[]byte(h.Checkpoint)}, Prefix: h.Prefix, Events: events})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
-		if v := check(buf.Bytes()); !v.OK() || v.Events != 9 || v.Checkpoints != 1 {
-			t.Fatalf("from %d: %+v", from, v)
-		}
-		if n := bytes.Count(buf.Bytes(), []byte("\n")); n != 1+int(10-from) {
-			t.Fatalf("from %d: %d lines", from, n)
-		}
-		edited := bytes.Replace(buf.Bytes(), []byte(`"k-00000007"`), []byte(`"k-00000070"`), 1)
-		if v := check(edited); v.OK() {
-			t.Fatalf("from %d: an edited export verified", from)
-		}
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/kv"
 )
 
@@ -26,6 +27,15 @@ var _ handlers.Store = Store{}
 // Bind returns the store bound to tx: the domain store boltdb.NewStorage
 // hands out with each transaction.
 func Bind(tx *kv.Tx) handlers.Store { return Store{tx} }
+
+// Domain is the built-in tools' domain on bbolt, for boltdb.OpenStorage.
+var Domain = boltdb.Domain[handlers.Store]{Init: Init, Bind: Bind, Check: Check}
+
+// Open opens (creating if needed) the store of the built-in tools in dir:
+// the bbolt backend's store, as the daemon runs on it.
+func Open(dir string) (*boltdb.Storage[handlers.Store], error) {
+	return boltdb.OpenStorage(dir, Domain)
+}
 
 // Init creates the buckets; call it once in a writable transaction (it is
 // a boltdb.Open init).

@@ -1,7 +1,10 @@
 // Package boltstore is the domain store of the built-in tools on bbolt: it
 // implements handlers.Store inside the caller's transaction, so a tool's
 // change commits together with the call's idempotency record and audit
-// event.
+// event. Domain and Open make it the daemon's store on bbolt, with Check,
+// its physical checks (values that read back, keys that match ids, no
+// record without its project); what the tools promise of their store on
+// any backend is handlers.Check.
 //
 // Layout: "projects" maps a project id to the project's JSON;
 // "project_names" maps the comparison key of each project's name

@@ -9,10 +9,9 @@
 // replaced, and RollbackTo restores it, newest first. Reads go to bbolt
 // directly.
 //
-// The stores of the bbolt backend (idempotency, auditlog,
-// handlers/boltstore) take a *Tx, the backend's one transaction type: a
-// write through a store is always one the undo log sees. Read-only tools
-// wrap a plain *bbolt.Tx (Wrap).
+// The stores of the bbolt backend (boltkeys, boltlog, boltstore) take a
+// *Tx, the backend's one transaction type: a write through a store is
+// always one the undo log sees. Reads wrap a plain *bbolt.Tx (Wrap).
 //
 // Caveats: only writes through Bucket are undone; a store must never
 // write through the *bbolt.Tx that Bolt returns. Buckets are not created
@@ -21,20 +20,9 @@ package kv
 
 import (
 	"bytes"
-	"context"
 
 	bolt "go.etcd.io/bbolt"
 )
-
-// Transactor runs transactions of this kind: boltdb.DB and boltdb.Pending
-// do, and the stores' own background work (the audit log's checkpoints)
-// takes one.
-type Transactor interface {
-	// Update runs fn as one write and commits it durably.
-	Update(ctx context.Context, fn func(*Tx) error) error
-	// View runs fn in a read-only transaction.
-	View(ctx context.Context, fn func(*Tx) error) error
-}
 
 // Tx is a bbolt transaction with savepoints.
 type Tx struct {

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/writerd/writerd/mcp"
+	"github.com/writerd/writerd/mcp/httpapi"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// HTTP is what the daemon's HTTP transport takes from its caller: how
+// callers authenticate, and the body cap.
+type HTTP struct {
+	// Authenticate guards /mcp and /v1 (httpapi.Config.Authenticate).
+	Authenticate func(http.Handler) http.Handler
+	// Caller reads the caller Authenticate put in a request's context.
+	Caller func(ctx context.Context) (pipeline.Caller, bool)
+	// MaxBody caps a request's body; 0: httpapi.DefaultMaxBody.
+	MaxBody int64
+}
+
+// HTTPHandler is the daemon's HTTP edge (package httpapi): MCP Streamable
+// HTTP at /mcp, the direct API, the audit API, /metrics, /healthz and
+// /readyz.
+func (d *Daemon) HTTPHandler(h HTTP) http.Handler {
+	mcpSrv := mcp.NewServer(d.Pipeline, mcp.Options{
+		Version: d.cfg.Version, Logger: d.log, MinProtocol: "2025-06-18",
+		Caller: func(ctx context.Context, _ *sdk.CallToolRequest) pipeline.Caller {
+			caller, _ := h.Caller(ctx)
+			caller.Transport = pipeline.TransportHTTP
+			return caller
+		},
+	})
+	return httpapi.New(httpapi.Config{
+		Pipeline: d.Pipeline,
+		MCP: mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: d.log,
+			OnRefuse: func(kind string) { d.Metrics.TransportError(pipeline.TransportHTTP, kind) }}),
+		Authenticate: h.Authenticate,
+		Caller:       h.Caller,
+		Ready:        d.Store.Ready,
+		Audit:        &httpapi.Audit{Log: d.Audit(), VerifierKey: d.Key.VerifierKey},
+		Gatherer:     d.Registry, Metrics: d.Metrics, Logger: d.log, MaxBody: h.MaxBody,
+	})
+}
+
+// HTTPServer is HTTPHandler on a server with every timeout set.
+func (d *Daemon) HTTPServer(h HTTP) *http.Server {
+	return &http.Server{
+		Handler:           d.HTTPHandler(h),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		// Connection-level errors (a TLS handshake, a malformed request
+		// line) are logged by kind only.
+		ErrorLog: slog.NewLogLogger(httpErrorLog{d.log.Handler()}, slog.LevelWarn),
+	}
+}
+
+// ServeStdio serves MCP on in and out for the client that started the
+// process, every call as principal with every scope, until the client
+// closes in or ctx ends.
+func (d *Daemon) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer, principal string) error {
+	caller := pipeline.Caller{Principal: principal, Scopes: pipeline.AllScopes, Transport: pipeline.TransportStdio}
+	srv := mcp.NewServer(d.Pipeline, mcp.Options{
+		Version: d.cfg.Version, Logger: d.log,
+		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller },
+	})
+	// The frame limit stays well above the argument limit, so that an
+	// oversized call is answered with INPUT_TOO_LARGE: a frame holds the
+	// arguments escaped at most sixfold (\u0000 for a byte).
+	limits := d.cfg.Limits
+	if limits == (pipeline.Limits{}) {
+		limits = pipeline.DefaultLimits
+	}
+	maxFrame := max(sdk.DefaultMaxLineLength, 6*limits.MaxBytes+64<<10)
+	return srv.Run(ctx, mcp.Stdio(in, out, mcp.StdioOptions{
+		MaxFrame: maxFrame, Logger: d.log,
+		OnRefuse: func(kind string) { d.Metrics.TransportError(pipeline.TransportStdio, kind) },
+	}))
+}
+
+// httpErrorLog is the handler behind http.Server's ErrorLog: the server's
+// messages quote what a client sent (a malformed request line, a header),
+// so each is logged as its kind and a fixed description.
+type httpErrorLog struct{ slog.Handler }
+
+func (h httpErrorLog) Handle(ctx context.Context, r slog.Record) error {
+	kind, description := "other", "The HTTP server refused a connection or request."
+	switch msg := r.Message; {
+	case strings.Contains(msg, "TLS handshake"):
+		kind, description = "tls_handshake", "A client spoke TLS to a plain HTTP port, or failed a handshake."
+	case strings.Contains(msg, "panic"):
+		kind, description = "panic", "A handler panicked outside the edge's recovery."
+	case strings.Contains(msg, "Accept error"):
+		kind, description = "accept", "Accepting a connection failed."
+	}
+	out := slog.NewRecord(r.Time, r.Level, "transport error", r.PC)
+	out.AddAttrs(slog.String("transport", "http"), slog.String("kind", kind), slog.String("description", description))
+	return h.Handler.Handle(ctx, out)
+}

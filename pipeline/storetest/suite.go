@@ -1,0 +1,112 @@
+package storetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/writerd/writerd/pipeline"
+)
+
+// A Test is one promise of the suite, run against a backend.
+type Test struct {
+	Name    string
+	Promise string
+	Run     func(t *testing.T, b Backend)
+}
+
+// Tests are the suite's promises, one each. Run runs them all.
+var Tests = []Test{
+	// Section 5: idempotency.
+	{"ReplayByteForByte", "an identical retry, whatever its member order, whitespace or escapes, replays the first answer byte for byte, across a reopen, and writes nothing", testReplay},
+	{"ChangedRetryRefused", "a key spent on one request refuses another with IDEMPOTENCY_KEY_REUSED and writes nothing", testChangedRetry},
+	{"KeysPerPrincipal", "keys are scoped by principal: another principal's same key is a new write, and no two principal and key pairs share a record", testKeysPerPrincipal},
+	{"OneEventPerWrite", "every dispatched write leaves exactly one audit event; replays, idempotency conflicts and rejections at stages 1 to 6 leave none, and write nothing", testOneEventPerWrite},
+	{"FailureReceipt", "a refused write rolls its change back and commits a failed record and one event with its code; its retry answers IDEMPOTENCY_KEY_FAILED", testFailureReceipt},
+	{"InternalErrorsLeakNothing", "an unexpected error or a panic rolls back, records one INTERNAL event, and answers the fixed message", testInternal},
+	{"RecordsComeBackAsStored", "a record comes back as it was put, its result byte for byte, by Get and Claim; a Put over an expired record of its key replaces it", testRecords},
+	{"TTLEdges", "a record holds its key until created_at + TTL exactly; at that instant the key runs again", testTTL},
+	{"Collection", "collection deletes expired records only (one expiring exactly now is), at most a limit at a time, says whether more remain, and HasExpired whether a step is due", testCollection},
+	{"ConcurrentSameKeyStorm", "many concurrent identical calls with one key, on one pipeline or two, execute once and all get the first answer", testStorm},
+	{"ClaimAcrossProcesses", "a key a write holds on another pipeline (another process) is waited for and replayed, or answered IDEMPOTENCY_KEY_IN_USE; it never runs twice", testClaim},
+	// Group commit (docs/DESIGN.md section 11).
+	{"UpdateRollsBackOnlyItsOwn", "a write given to Update that fails or panics rolls back its own changes only; the writes beside it commit", testUpdateIsolation},
+	{"FailuresDoNotDisturbNeighbours", "calls that fail or panic while others commit beside them leave their own one event each, and the others' writes whole", testNeighbours},
+	{"ConflictsInArrivalOrder", "writes that conflict are decided as if committed one by one: the first to run wins, the others are refused", testArrivalOrder},
+	// Section 7: the audit log.
+	{"AppendSequenceAndIDs", "appends get dense sequence numbers from 1, within a transaction and across them, and ULIDs of their time that only grow, even when the clock steps back; a rolled back append leaves nothing", testAppend},
+	{"DenseSequenceAndTree", "sequence numbers are dense from 1 whatever failed or rolled back, and the tree recomputed from the events verifies against every checkpoint", testDenseTree},
+	{"Checkpoints", "checkpoints are signed when the log grew, kept in order; inclusion and consistency proofs and exports verify", testCheckpoints},
+	{"ReadSeamListing", "the read seam lists events by every filter, pages with a cursor, and finds events by sequence number and id", testListing},
+	// The store.
+	{"Durable", "what was committed is there after the store is closed and opened again", testDurable},
+	{"ClosedStoreUnavailable", "a closed store answers every transaction UNAVAILABLE, and a call with retry same_key", testClosed},
+	{"ReadyAndCommits", "an open store is ready, and tells every commit with the writes it held", testReadyAndCommits},
+	{"BuiltinTools", "the built-in tools keep their rules on the backend's domain store: unique names as compared, renames, pages, locks, non-empty projects", testBuiltinTools},
+}
+
+// Run runs the suite against a backend: one subtest per promise, in
+// parallel.
+func Run(t *testing.T, b Backend) {
+	for _, tc := range Tests {
+		t.Run(tc.Name, func(t *testing.T) {
+			t.Parallel()
+			tc.Run(t, b)
+		})
+	}
+}
+
+// MustOK fails the test unless r succeeded.
+func MustOK(t testing.TB, r *pipeline.Result) {
+	t.Helper()
+	if r.Err != nil {
+		t.Fatalf("call failed: %s", r.ErrorJSON())
+	}
+}
+
+// MustCode fails the test unless r failed with code and retry.
+func MustCode(t testing.TB, r *pipeline.Result, code pipeline.Code, retry pipeline.Retry) {
+	t.Helper()
+	if r.Err == nil {
+		t.Fatalf("call succeeded with %s, want %s", r.Output, code)
+	}
+	if r.Err.Code != code || r.Err.Retry != retry {
+		t.Fatalf("error %s/%s (%s), want %s/%s", r.Err.Code, r.Err.Retry, r.Err.Message, code, retry)
+	}
+}
+
+// projectArgs are create_project's arguments.
+func projectArgs(key, name string) string {
+	return fmt.Sprintf(`{"idempotency_key":%q,"name":%q}`, key, name)
+}
+
+// testArgs are a test tool's arguments.
+func testArgs(key, name, cause string) string {
+	if cause == "" {
+		return projectArgs(key, name)
+	}
+	return fmt.Sprintf(`{"idempotency_key":%q,"name":%q,"cause":%q}`, key, name, cause)
+}
+
+// idOf reads the id of the entity of kind in a result.
+func idOf(t testing.TB, out []byte, kind string) string {
+	t.Helper()
+	var m map[string]struct {
+		ID       string `json:"id"`
+		Revision int64  `json:"revision"`
+	}
+	if err := json.Unmarshal(out, &m); err != nil || m[kind].ID == "" {
+		t.Fatalf("no %s in %s (%v)", kind, out, err)
+	}
+	return m[kind].ID
+}
+
+// mustNotLeak fails the test if an answer holds SecretMarker.
+func mustNotLeak(t testing.TB, r *pipeline.Result) {
+	t.Helper()
+	if bytes.Contains(r.ErrorJSON(), []byte(SecretMarker)) || strings.Contains(r.Err.Message, SecretMarker) {
+		t.Fatalf("the answer leaks the cause: %s", r.ErrorJSON())
+	}
+}
