@@ -39,9 +39,30 @@ func ByID(r Reader, id string) (*Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	var found *Event
+	seq, err := search(r, size, func(e *Event) bool { return e.ID >= id })
+	switch {
+	case err != nil:
+		return nil, err
+	case seq > size:
+		return nil, ErrNotFound
+	}
+	e, err := eventAt(r, seq)
+	switch {
+	case err != nil:
+		return nil, err
+	case e.ID != id:
+		return nil, ErrNotFound
+	}
+	return e, nil
+}
+
+// search returns the first sequence number, of the first size, whose
+// event f holds for, or size+1 if there is none. f must hold for every
+// event after one it holds for, as it does for an id or a time at or past
+// a bound: both grow along the log.
+func search(r Reader, size uint64, f func(*Event) bool) (uint64, error) {
 	var failed error
-	sort.Search(int(size), func(i int) bool {
+	i := sort.Search(int(size), func(i int) bool {
 		if failed != nil {
 			return true
 		}
@@ -50,18 +71,9 @@ func ByID(r Reader, id string) (*Event, error) {
 			failed = err
 			return true
 		}
-		if e.ID == id {
-			found = e
-		}
-		return e.ID >= id
+		return f(e)
 	})
-	switch {
-	case failed != nil:
-		return nil, failed
-	case found != nil:
-		return found, nil
-	}
-	return nil, ErrNotFound
+	return uint64(i + 1), failed
 }
 
 // List returns up to limit events that pass f, in sequence order, after
@@ -120,19 +132,7 @@ func List(r Reader, f Filter, after uint64, limit int) ([]*Event, uint64, error)
 // firstAtOrAfter returns the sequence number of the first event at or
 // after t, or size+1 if there is none.
 func firstAtOrAfter(r Reader, size uint64, t time.Time) (uint64, error) {
-	var failed error
-	i := sort.Search(int(size), func(i int) bool {
-		if failed != nil {
-			return true
-		}
-		e, err := eventAt(r, uint64(i+1))
-		if err != nil {
-			failed = err
-			return true
-		}
-		return !e.Time.Before(t)
-	})
-	return uint64(i + 1), failed
+	return search(r, size, func(e *Event) bool { return !e.Time.Before(t) })
 }
 
 // All calls fn with each event in sequence order, stopping at the first

@@ -23,6 +23,7 @@ import (
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/storetest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -207,13 +208,7 @@ func (s *server) Call(tool, args string) wire {
 // AuditEvents returns every audit event in the store.
 func (s *server) AuditEvents() []*auditlog.Event {
 	s.t.Helper()
-	var evs []*auditlog.Event
-	err := s.d.Store.View(context.Background(), func(tx pipeline.Tx[handlers.Store]) error {
-		return auditlog.All(tx.Audit(), func(e *auditlog.Event) error {
-			evs = append(evs, e)
-			return nil
-		})
-	})
+	evs, err := storetest.Events(context.Background(), s.d.Store)
 	if err != nil {
 		s.t.Fatal(err)
 	}

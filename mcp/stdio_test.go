@@ -14,11 +14,10 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/storetest"
 )
 
 // stdio is writerd's MCP server on the Stdio transport over pipes, with the
@@ -233,14 +232,12 @@ func TestStdio_AnswersEverythingReadBeforeEOF(t *testing.T) {
 			t.Errorf("request %d was not answered", i)
 		}
 	}
-	var events int
-	if err := s.d.Store.View(context.Background(), func(tx pipeline.Tx[handlers.Store]) error {
-		return auditlog.All(tx.Audit(), func(*auditlog.Event) error { events++; return nil })
-	}); err != nil {
+	evs, err := storetest.Events(context.Background(), s.d.Store)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if events != calls {
-		t.Errorf("audit events %d, want %d", events, calls)
+	if len(evs) != calls {
+		t.Errorf("audit events %d, want %d", len(evs), calls)
 	}
 }
 

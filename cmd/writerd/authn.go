@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/writerd/writerd/mcp/auth"
@@ -88,24 +87,4 @@ func (a *authenticator) reloadOnHangup(ctx context.Context, log *slog.Logger) {
 			log.Info("tokens file reloaded", "tokens", len(a.tokens.Entries()))
 		}
 	}
-}
-
-// httpErrorLog is the handler behind http.Server's ErrorLog: the server's
-// messages quote what a client sent (a malformed request line, a header),
-// so each is logged as its kind and a fixed description.
-type httpErrorLog struct{ slog.Handler }
-
-func (h httpErrorLog) Handle(ctx context.Context, r slog.Record) error {
-	kind, description := "other", "The HTTP server refused a connection or request."
-	switch msg := r.Message; {
-	case strings.Contains(msg, "TLS handshake"):
-		kind, description = "tls_handshake", "A client spoke TLS to a plain HTTP port, or failed a handshake."
-	case strings.Contains(msg, "panic"):
-		kind, description = "panic", "A handler panicked outside the edge's recovery."
-	case strings.Contains(msg, "Accept error"):
-		kind, description = "accept", "Accepting a connection failed."
-	}
-	out := slog.NewRecord(r.Time, r.Level, "transport error", r.PC)
-	out.AddAttrs(slog.String("transport", "http"), slog.String("kind", kind), slog.String("description", description))
-	return h.Handler.Handle(ctx, out)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/storetest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -263,47 +264,22 @@ func (s *store) view(fn func(tx pipeline.Tx[handlers.Store]) error) {
 	}
 }
 
-// projects returns every project.
-func (s *store) projectList() []*handlers.Project {
-	s.t.Helper()
-	var all []*handlers.Project
-	s.view(func(tx pipeline.Tx[handlers.Store]) error {
-		for after, more := "", true; more; {
-			page, m, err := tx.Domain().Projects(after, 1000)
-			if err != nil {
-				return err
-			}
-			all, more = append(all, page...), m
-			if len(page) > 0 {
-				after = page[len(page)-1].ID
-			}
-		}
-		return nil
-	})
-	return all
-}
-
 // projects returns the number of projects.
-func (s *store) projects() int { return len(s.projectList()) }
+func (s *store) projects() int {
+	s.t.Helper()
+	ps, _, err := storetest.Projects(context.Background(), s.s)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return len(ps)
+}
 
 // records returns the number of records, of every project.
 func (s *store) records() int {
 	s.t.Helper()
-	n := 0
-	for _, p := range s.projectList() {
-		s.view(func(tx pipeline.Tx[handlers.Store]) error {
-			for after, more := "", true; more; {
-				page, m, err := tx.Domain().Records(p.ID, after, 1000)
-				if err != nil {
-					return err
-				}
-				n, more = n+len(page), m
-				if len(page) > 0 {
-					after = page[len(page)-1].ID
-				}
-			}
-			return nil
-		})
+	_, n, err := storetest.Projects(context.Background(), s.s)
+	if err != nil {
+		s.t.Fatal(err)
 	}
 	return n
 }
@@ -319,13 +295,11 @@ func (s *store) keys() int {
 }
 
 func (s *store) events() []*auditlog.Event {
-	var evs []*auditlog.Event
-	s.view(func(tx pipeline.Tx[handlers.Store]) error {
-		return auditlog.All(tx.Audit(), func(e *auditlog.Event) error {
-			evs = append(evs, e)
-			return nil
-		})
-	})
+	s.t.Helper()
+	evs, err := storetest.Events(context.Background(), s.s)
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	return evs
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/storetest"
 )
 
 const marker = "zzMARKERzz"
@@ -162,32 +163,21 @@ func (s *server) view(fn func(tx pipeline.Tx[handlers.Store]) error) {
 // events counts the audit events in the store.
 func (s *server) events() int {
 	s.t.Helper()
-	var n int
-	s.view(func(tx pipeline.Tx[handlers.Store]) error {
-		return auditlog.All(tx.Audit(), func(*auditlog.Event) error { n++; return nil })
-	})
-	return n
+	evs, err := storetest.Events(context.Background(), s.d.Store)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return len(evs)
 }
 
 // projects counts the projects in the store.
 func (s *server) projects() int {
 	s.t.Helper()
-	var n int
-	s.view(func(tx pipeline.Tx[handlers.Store]) error {
-		for after, more := "", true; more; {
-			page, m, err := tx.Domain().Projects(after, 100)
-			if err != nil {
-				return err
-			}
-			for _, p := range page {
-				n++
-				after = p.ID
-			}
-			more = m
-		}
-		return nil
-	})
-	return n
+	ps, _, err := storetest.Projects(context.Background(), s.d.Store)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return len(ps)
 }
 
 // mustEnvelope asserts the error envelope with the code, the status that

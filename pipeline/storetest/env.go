@@ -185,13 +185,10 @@ func (e *Env) Update(fn func(tx pipeline.Tx[handlers.Store]) error) {
 // Events returns every audit event, in sequence order.
 func (e *Env) Events() []*auditlog.Event {
 	e.T.Helper()
-	var evs []*auditlog.Event
-	e.View(func(tx pipeline.Tx[handlers.Store]) error {
-		return auditlog.All(tx.Audit(), func(ev *auditlog.Event) error {
-			evs = append(evs, ev)
-			return nil
-		})
-	})
+	evs, err := Events(context.Background(), e.Store)
+	if err != nil {
+		e.T.Fatal(err)
+	}
 	return evs
 }
 
@@ -222,21 +219,11 @@ func (e *Env) Record(principal, key string) *idempotency.Record {
 // Projects returns every project, in id order.
 func (e *Env) Projects() []*handlers.Project {
 	e.T.Helper()
-	var all []*handlers.Project
-	e.View(func(tx pipeline.Tx[handlers.Store]) error {
-		for after, more := "", true; more; {
-			page, m, err := tx.Domain().Projects(after, 100)
-			if err != nil {
-				return err
-			}
-			all = append(all, page...)
-			if more = m; len(page) > 0 {
-				after = page[len(page)-1].ID
-			}
-		}
-		return nil
-	})
-	return all
+	ps, _, err := Projects(context.Background(), e.Store)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return ps
 }
 
 // MustCheck checks the store as writerd check does: the backend's own
@@ -251,4 +238,58 @@ func (e *Env) MustCheck() {
 	for _, p := range problems {
 		e.T.Errorf("check the store: %v", p)
 	}
+}
+
+// The store's contents, read through the interfaces every backend
+// implements, in one read transaction each: for the tests of this suite
+// and of any package that reads what a daemon wrote.
+
+// Events returns every audit event of s, in sequence order.
+func Events(ctx context.Context, s pipeline.Storage[handlers.Store]) ([]*auditlog.Event, error) {
+	var evs []*auditlog.Event
+	err := s.View(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+		return auditlog.All(tx.Audit(), func(ev *auditlog.Event) error {
+			evs = append(evs, ev)
+			return nil
+		})
+	})
+	return evs, err
+}
+
+// Projects returns every project of s, in id order, and the number of
+// records they hold.
+func Projects(ctx context.Context, s pipeline.Storage[handlers.Store]) (projects []*handlers.Project, records int, err error) {
+	err = s.View(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+		projects, records = nil, 0
+		if err := pages(func(after string) ([]*handlers.Project, bool, error) {
+			return tx.Domain().Projects(after, 1000)
+		}, func(p *handlers.Project) string { projects = append(projects, p); return p.ID }); err != nil {
+			return err
+		}
+		for _, p := range projects {
+			if err := pages(func(after string) ([]*handlers.Record, bool, error) {
+				return tx.Domain().Records(p.ID, after, 1000)
+			}, func(r *handlers.Record) string { records++; return r.ID }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return projects, records, err
+}
+
+// pages reads every page of a list, handing each entry to each, which
+// returns the entry's id: the cursor of the next page.
+func pages[T any](page func(after string) ([]T, bool, error), each func(T) string) error {
+	for after, more := "", true; more; {
+		entries, m, err := page(after)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			after = each(e)
+		}
+		more = m
+	}
+	return nil
 }
