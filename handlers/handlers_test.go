@@ -974,3 +974,41 @@ func TestConflicts_DecidedOneByOneUnderGroupCommit(t *testing.T) {
 		t.Fatalf("%d failed events, want %d", failed, 2*(n-1))
 	}
 }
+
+// Ensure an integer past ±(2^53−1) in a record's free-form fields, where
+// no schema maximum refuses it, is refused by the strict parse with
+// INVALID_INPUT and writes nothing (no record, no event, the key unused):
+// stored as a double it would come back as another number, a silent
+// change of the caller's value. The last exact integers are kept exactly.
+func TestFields_IntegersPastDoublePrecision(t *testing.T) {
+	e := MustStart(t)
+	f := mustFixture(e)
+	records := func() int {
+		out := MustOK[struct {
+			Records    []json.RawMessage `json:"records"`
+			NextCursor *string           `json:"next_cursor"`
+		}](t, e.Call("list_records", f.expand(`{"project_id":"$P"}`)))
+		return len(out.Records)
+	}
+	before := records()
+	for _, n := range []string{"9007199254740993", "-9007199254740993", "9007199254740992", "18446744073709551617", "9007199254740993.0", "9.007199254740993e15"} {
+		key := e.Key()
+		res := e.WriteKey("create_record", key, f.expand(`{"project_id":"$P","title":"t","fields":{"n":`+n+`}}`))
+		if err := MustFail(t, res, pipeline.InvalidInput); !strings.Contains(err.Message, "/fields") || strings.Contains(err.Message, n) {
+			t.Errorf("fields.n %s: %q, want the member named and the number not quoted", n, err.Message)
+		}
+		if got := records(); got != before {
+			t.Fatalf("fields.n %s was refused, but the project has %d records, not %d", n, got, before)
+		}
+		if evs := e.AuditEvents(key); len(evs) != 0 || e.st.Record(caller.Principal, key) != nil {
+			t.Fatalf("fields.n %s: a refused call left audit events %+v, or spent its key", n, evs)
+		}
+	}
+	for _, n := range []string{"9007199254740991", "-9007199254740991"} {
+		res := e.Write("create_record", f.expand(`{"project_id":"$P","title":"t","fields":{"n":`+n+`}}`))
+		MustOK[handlers.RecordResult](t, res)
+		if !strings.Contains(string(res.Output), `"fields":{"n":`+n+`}`) {
+			t.Errorf("fields.n %s: the result holds %s, not the number as sent", n, res.Output)
+		}
+	}
+}

@@ -32,9 +32,12 @@ type noteIn struct {
 	Text  string   `json:"text" jsonschema:"minLength=1,maxLength=50"`
 	Count *int     `json:"count,omitempty" jsonschema:"minimum=0,maximum=1000"`
 	Score *float64 `json:"score,omitempty" jsonschema:"minimum=-1,maximum=1"`
-	Tags  []string `json:"tags,omitempty" jsonschema:"maxItems=3,maxLength=10"`
-	Fail  string   `json:"fail,omitempty" jsonschema:"enum=,enum=conflict,enum=error,enum=panic,enum=nil-result,enum=slow,enum=marshal-panic,enum=bad-output,enum=invalid-input,enum=key-reused,enum=permission-denied,enum=internal-secret"`
-	Meta  meta     `json:"meta,omitempty"`
+	// Weight is a float with no bounds of its own: only the strict parse's
+	// rules bound it.
+	Weight *float64 `json:"weight,omitempty"`
+	Tags   []string `json:"tags,omitempty" jsonschema:"maxItems=3,maxLength=10"`
+	Fail   string   `json:"fail,omitempty" jsonschema:"enum=,enum=conflict,enum=error,enum=panic,enum=nil-result,enum=slow,enum=marshal-panic,enum=bad-output,enum=invalid-input,enum=key-reused,enum=permission-denied,enum=internal-secret"`
+	Meta   meta     `json:"meta,omitempty"`
 }
 
 // meta is an open object: its bounds come from JSONSchemaExtend.

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -193,4 +194,25 @@ func TestDefine_IntegersAdvertiseSafeBounds(t *testing.T) {
 	}
 	mustOK(t, e.call(alice, "count", `{"idempotency_key":"k-00000001","n":-9007199254740991}`))
 	mustCode(t, e.call(alice, "count", `{"idempotency_key":"k-00000002","n":9007199254740992}`), pipeline.InvalidInput, pipeline.RetryNewKey)
+}
+
+// Ensure an integer past ±(2^53−1) in a float-typed member with no bounds
+// of its own, where no schema maximum refuses it, is refused by the
+// strict parse with INVALID_INPUT, and nothing is written: as a double it
+// would be stored as another number. A float within precision is taken.
+func TestCall_FloatMemberPastDoublePrecision(t *testing.T) {
+	e := MustEnv(t, nil)
+	for i, n := range []string{"9007199254740993", "-9007199254740993", "9007199254740992", "9007199254740993.0", "1e300"} {
+		key := fmt.Sprintf("k-%08d", i)
+		r := e.call(alice, "put_note", `{"idempotency_key":"`+key+`","text":"a","weight":`+n+`}`)
+		mustCode(t, r, pipeline.InvalidInput, pipeline.RetryNewKey)
+		if !strings.Contains(r.Err.Message, "/weight") || strings.Contains(r.Err.Message, n) {
+			t.Errorf("weight %s: %q, want the member named and the number not quoted", n, r.Err.Message)
+		}
+		if e.notes() != 0 || len(e.events()) != 0 || e.record("alice", key) != nil {
+			t.Fatalf("weight %s was refused but wrote something", n)
+		}
+	}
+	mustOK(t, e.call(alice, "put_note", `{"idempotency_key":"k-00000100","text":"a","weight":9007199254740991.0}`))
+	mustOK(t, e.call(alice, "put_note", `{"idempotency_key":"k-00000101","text":"a","weight":-0.5}`))
 }

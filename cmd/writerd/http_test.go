@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -347,6 +348,45 @@ func TestHTTP_Tokens(t *testing.T) {
 
 // Ensure the edge refuses a cross-origin request (403) and a body over the
 // cap (413) before any handler, that the hostile frames sent as HTTP
+// Ensure the HTTP body cap holds by itself, with --max-body below
+// --max-bytes so that the pipeline's own limit cannot answer first: a
+// valid call padded with whitespace one byte past the cap is refused 413
+// by the edge, with its own sentence and not the pipeline's, over the
+// direct API and over MCP, and writes nothing; the same call exactly at
+// the cap is taken.
+func TestHTTP_BodyCap(t *testing.T) {
+	const maxBody = 4096
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	token := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
+	d := MustStartHTTP(t, httpConfig{tokens: tokens, args: []string{"--max-body", strconv.Itoa(maxBody)}})
+	padded := func(body string, size int) string { return body + strings.Repeat(" ", size-len(body)) }
+
+	over := d.API(token, "create_project", "key-over-0001", padded(`{"name":"over"}`, maxBody+1))
+	want := fmt.Sprintf("The request body is larger than %d bytes.", maxBody)
+	var e envelope
+	if json.Unmarshal([]byte(over.body), &e); over.status != 413 || e.Error.Code != "INPUT_TOO_LARGE" || e.Error.Message != want {
+		t.Fatalf("one byte over the cap: %d %s, want 413 and the edge's %q", over.status, over.body, want)
+	}
+	frame := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_project","arguments":{"idempotency_key":"key-over-0002","name":"over-mcp"}}}`
+	mcpHeaders := []string{"Authorization", "Bearer " + token, "Content-Type", "application/json", "Accept", "application/json, text/event-stream"}
+	if r := d.Do("POST", "/mcp", padded(frame, maxBody+1), mcpHeaders...); r.status != 413 || !strings.Contains(r.body, "the frame is too large") {
+		t.Fatalf("an MCP frame one byte over the cap: %d %s, want 413", r.status, r.body)
+	}
+	if at := d.API(token, "create_project", "key-at-00001", padded(`{"name":"at"}`, maxBody)); at.status != 201 {
+		t.Fatalf("exactly at the cap: %d %s, want 201", at.status, at.body)
+	}
+	d.Stop()
+	s := MustOpenStore(t, d.dir)
+	if n := s.projects(); n != 1 {
+		t.Fatalf("%d projects, want the one at the cap", n)
+	}
+	for _, key := range []string{"key-over-0001", "key-over-0002"} {
+		if len(s.eventsFor(key)) != 0 || s.record("agent", key) != nil {
+			t.Fatalf("the refused call of %s left an event or a record", key)
+		}
+	}
+}
+
 // bodies get JSON-RPC errors, and that the server goes on answering.
 func TestHTTP_EdgeAndHostileFrames(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
