@@ -13,21 +13,33 @@ import (
 
 const module = "github.com/writerd/writerd"
 
-// isDatabase reports whether an import path is bbolt or the bbolt
+// backends are the backends' subtrees; drivers, their database drivers.
+var (
+	backends = []string{module + "/pipeline/boltdb", module + "/pipeline/pgdb"}
+	drivers  = []string{"go.etcd.io/bbolt", "github.com/jackc/pgx"}
+)
+
+// isDatabase reports whether an import path is a database driver or a
 // backend's subtree.
 func isDatabase(path string) bool {
-	return strings.HasPrefix(path, "go.etcd.io/bbolt") || path == module+"/pipeline/boltdb" || strings.HasPrefix(path, module+"/pipeline/boltdb/")
+	for _, p := range append(backends[:len(backends):len(backends)], drivers...) {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
 }
 
-// Ensure no production code outside the bbolt backend's subtree
-// (pipeline/boltdb/...) imports bbolt or the backend, but the one assembly
-// (internal/daemon), which chooses the store, and writerd bench's
-// raw-store baselines (cmd/writerd/bench_baseline.go), which measure bbolt
-// itself: every other package, and every other file of cmd/writerd,
-// builds without a database, so that a backend is one folder, one
-// constructor in the conformance suite and one case in the assembly
-// (docs/DESIGN.md section 2). Tests may import the backend (its bolttest
-// helpers damage a file on purpose).
+// Ensure no production code outside a backend's subtree
+// (pipeline/boltdb/..., pipeline/pgdb/...) imports a database driver or a
+// backend, but the one assembly (internal/daemon), which chooses the
+// store, and writerd bench's raw-store baselines
+// (cmd/writerd/bench_baseline.go), which measure bbolt itself: every
+// other package, and every other file of cmd/writerd, builds without a
+// database, so that a backend is one folder, one constructor in the
+// conformance suite and one case in the assembly (docs/DESIGN.md section
+// 2). Tests may import a backend (bolttest damages a file on purpose,
+// pgtest starts a server).
 func TestImports_NoDatabase(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{.Dir}} {{join .GoFiles ","}} {{join .Deps ","}}`, module+"/...").Output()
 	if err != nil {
@@ -42,8 +54,24 @@ func TestImports_NoDatabase(t *testing.T) {
 		pkg, dir, files, deps := f[0], f[1], strings.Split(f[2], ","), strings.Split(f[3], ",")
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
 		switch {
-		case isDatabase(pkg), rel == "internal/daemon":
-			continue // the backend, and the one assembly
+		case isDatabase(pkg):
+			// A backend links no other's: a build on PostgreSQL alone
+			// links no bbolt.
+			for i, b := range backends {
+				if pkg != b && !strings.HasPrefix(pkg, b+"/") {
+					continue
+				}
+				for _, dep := range deps {
+					for j, other := range backends {
+						if j != i && (dep == other || strings.HasPrefix(dep, other+"/") || strings.HasPrefix(dep, drivers[j])) {
+							t.Errorf("%s, of one backend, depends on %s, of another", rel, dep)
+						}
+					}
+				}
+			}
+			continue
+		case rel == "internal/daemon":
+			continue // the one assembly
 		case rel == "cmd/writerd":
 			// It links the assembly; its own files import no database
 			// but the baselines.

@@ -1,13 +1,32 @@
 package storetest_test
 
 import (
+	"context"
+	"os"
 	"testing"
 
 	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
+	"github.com/writerd/writerd/pipeline/pgdb"
+	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"github.com/writerd/writerd/pipeline/storetest"
 )
 
 // The backends the suite runs on, each by the constructor of its stores.
 
+func TestMain(m *testing.M) {
+	pgtest.Migrate(pgdb.Migrate)
+	os.Exit(pgtest.Main(m))
+}
+
 // Ensure the embedded bbolt store keeps every promise.
 func TestBolt(t *testing.T) { storetest.Run(t, storetest.InDir(boltstore.Open)) }
+
+// Ensure the PostgreSQL store keeps every promise, each test on a fresh
+// database.
+func TestPostgres(t *testing.T) {
+	pgtest.URL(t) // skips, or fails if required, without a server
+	storetest.Run(t, func(t testing.TB) storetest.Opener {
+		url := pgtest.Database(t)
+		return func() (storetest.Store, error) { return pgdb.Open(context.Background(), pgdb.Config{URL: url}) }
+	})
+}

@@ -83,13 +83,14 @@ func testKeysPerPrincipal(t *testing.T, b Backend) {
 		t.Fatalf("records %+v and %+v, want one of each principal's", ra, rb)
 	}
 	// No joining of principal and key lets two pairs meet: "a" with
-	// "bkey-0001" and "ab" with "key-0001".
+	// "bkey-0001" and "ab" with "key-0001". (Principals and keys are
+	// printable ASCII: the transports and the parse see to it.)
 	e.Update(func(tx pipeline.Tx[handlers.Store]) error {
 		return tx.Keys().Put(&idempotency.Record{Principal: "a", Key: "bkey-0001", Tool: "t", Digest: "d", State: idempotency.Completed,
 			AuditID: ra.AuditID, CreatedAt: e.Now(), ExpiresAt: e.Now().Add(time.Second)})
 	})
 	e.View(func(tx pipeline.Tx[handlers.Store]) error {
-		for _, pk := range [][2]string{{"ab", "key-0001"}, {"a", "bkey-000"}, {"a\x00b", "key-0001"}} {
+		for _, pk := range [][2]string{{"ab", "key-0001"}, {"a", "bkey-000"}, {"a", "bkey-00011"}} {
 			if r, err := tx.Keys().Get(pk[0], pk[1]); err != nil || r != nil {
 				t.Errorf("Get(%q, %q) = %+v, %v, want no record", pk[0], pk[1], r, err)
 			}

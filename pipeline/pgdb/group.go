@@ -1,0 +1,267 @@
+package pgdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// MaxBatch bounds the writes one transaction commits: each runs behind a
+// savepoint, a subtransaction, and PostgreSQL keeps the subtransactions
+// of a transaction in a cache of 64 per backend, past which every
+// session that looks at the transaction slows down.
+const MaxBatch = 60
+
+// The lock timeouts: in a batch nothing waits (but for the log's head,
+// lockHead); a write run alone waits for what it needs, within a bound.
+const (
+	batchLockTimeout = "SET LOCAL lock_timeout = '20ms'"
+	aloneLockTimeout = "SET LOCAL lock_timeout = '10s'"
+)
+
+// Group commit, as on bbolt (docs/DESIGN.md section 11): the writes that
+// arrive while a commit is in flight share the next transaction, each
+// behind a savepoint, in arrival order, and are answered once it is
+// committed. In PostgreSQL a failed statement aborts its transaction, so
+// a write's failure is rolled back to its savepoint and no further; and
+// a write that would wait on another transaction (a key or a row another
+// replica holds) must neither stall nor abort the rest, so in a batch it
+// does not wait: it is rolled back to its savepoint and run again alone,
+// in a transaction of its own, which may wait. Postgres groups the WAL
+// flushes of concurrent commits itself; commit_delay stays off.
+
+// unit is one write waiting for its turn. Its statements run under no
+// caller's context: one caller giving up must not break the transaction
+// it shares with others (a cancelled statement closes its connection);
+// the lock timeouts bound every wait instead.
+type unit struct {
+	fn   func(pipeline.Tx[handlers.Store]) error
+	err  error
+	done chan struct{}
+}
+
+type committer struct {
+	s        *Store
+	maxBatch int
+	queue    chan *unit
+	quit     chan struct{}
+	stopped  chan struct{}
+	stopOnce sync.Once
+	alone    sync.WaitGroup // writes run alone, in flight
+}
+
+func newCommitter(s *Store, maxBatch int) *committer {
+	c := &committer{s: s, maxBatch: maxBatch, queue: make(chan *unit, maxBatch),
+		quit: make(chan struct{}), stopped: make(chan struct{})}
+	go c.loop()
+	return c
+}
+
+var errClosedStore = pipeline.Wrap(pipeline.Unavailable, errClosed, closedMessage)
+
+func (c *committer) write(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
+	u := &unit{fn: fn, done: make(chan struct{})}
+	select {
+	case <-c.quit:
+		return errClosedStore
+	default:
+	}
+	select {
+	case c.queue <- u:
+	case <-c.quit:
+		return errClosedStore
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-u.done:
+		return u.err
+	case <-c.stopped:
+		select {
+		case <-u.done:
+			return u.err
+		default:
+			return errClosedStore
+		}
+	}
+}
+
+func (c *committer) loop() {
+	defer close(c.stopped)
+	batch := make([]*unit, 0, c.maxBatch)
+	for {
+		select {
+		case u := <-c.queue:
+			batch = append(batch[:0], u)
+		case <-c.quit:
+			c.drain()
+			c.alone.Wait()
+			return
+		}
+	more:
+		for len(batch) < c.maxBatch {
+			select {
+			case u := <-c.queue:
+				batch = append(batch, u)
+			default:
+				break more
+			}
+		}
+		c.commit(batch)
+		clear(batch)
+	}
+}
+
+// commit runs a batch in one transaction and answers its writes; a write
+// that met a lock is run again alone.
+func (c *committer) commit(batch []*unit) {
+	start := time.Now()
+	ctx := context.Background()
+	var retry []*unit
+	ran := 0
+	err := c.inTx(ctx, false, func(t *tx) error {
+		for _, u := range batch {
+			m, err := t.savepoint()
+			if err != nil {
+				return err
+			}
+			u.err = runUnit(u.fn, t)
+			switch {
+			case t.contended:
+				retry = append(retry, u)
+			case u.err == nil:
+				ran++
+				continue
+			}
+			if err := t.rollbackTo(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		c.s.observe(time.Since(start), ran)
+	}
+	for _, u := range batch {
+		if contains(retry, u) {
+			continue
+		}
+		if err != nil && u.err == nil {
+			u.err = err
+		}
+		close(u.done)
+	}
+	if err != nil {
+		for _, u := range retry {
+			u.err = err
+			close(u.done)
+		}
+		return
+	}
+	for _, u := range retry {
+		c.alone.Add(1)
+		go func() {
+			defer c.alone.Done()
+			c.runAlone(u)
+		}()
+	}
+}
+
+func contains(us []*unit, u *unit) bool {
+	for _, v := range us {
+		if v == u {
+			return true
+		}
+	}
+	return false
+}
+
+// runAlone runs a write in a transaction of its own, where it may wait.
+func (c *committer) runAlone(u *unit) {
+	defer close(u.done)
+	start := time.Now()
+	var fnErr error
+	err := c.inTx(context.Background(), true, func(t *tx) error {
+		fnErr = runUnit(u.fn, t)
+		return fnErr
+	})
+	switch {
+	case fnErr != nil:
+		u.err = fnErr
+	case err != nil:
+		u.err = err
+	default:
+		c.s.observe(time.Since(start), 1)
+	}
+}
+
+// inTx runs fn in a write transaction and commits it if fn returns nil.
+// A failure to commit is UNAVAILABLE with retry same_key: a COMMIT whose
+// connection died has an unknown outcome, which the key decides.
+func (c *committer) inTx(ctx context.Context, alone bool, fn func(*tx) error) error {
+	q, err := c.s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return wrapErr("begin", err)
+	}
+	rollback := func() { q.Rollback(context.WithoutCancel(ctx)) }
+	t := &tx{ctx: ctx, q: q, write: true, alone: alone}
+	timeout := batchLockTimeout
+	if alone {
+		timeout = aloneLockTimeout
+	}
+	if _, err := q.Exec(ctx, timeout); err != nil {
+		rollback()
+		return wrapErr("begin", err)
+	}
+	if err := fn(t); err != nil {
+		rollback()
+		return err
+	}
+	if err := t.flushHead(); err != nil {
+		rollback()
+		return err
+	}
+	if err := q.Commit(context.WithoutCancel(ctx)); err != nil {
+		return pipeline.Wrap(pipeline.Unavailable, &pgError{text: "postgres: commit: " + describe(err), err: err}, unavailableMessage)
+	}
+	return nil
+}
+
+// runUnit runs a write's fn, turning a panic into an error.
+func runUnit(fn func(pipeline.Tx[handlers.Store]) error, t *tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	err = fn(t.bound())
+	if errors.Is(err, errContended) {
+		t.contended = true
+	}
+	return err
+}
+
+func (c *committer) drain() {
+	for {
+		select {
+		case u := <-c.queue:
+			u.err = errClosedStore
+			close(u.done)
+		default:
+			return
+		}
+	}
+}
+
+func (c *committer) stop() {
+	c.stopOnce.Do(func() { close(c.quit) })
+	<-c.stopped
+}

@@ -1,0 +1,143 @@
+package pgdb
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/writerd/writerd/idempotency"
+)
+
+// keys is the idempotency record store of a transaction.
+type keys struct{ t *tx }
+
+const recordColumns = "principal, key, tool, digest, state, result, code, audit_id, created_at, expires_at"
+
+func scanRecord(row pgx.Row) (*idempotency.Record, error) {
+	r := new(idempotency.Record)
+	var state string
+	var created, expires int64
+	if err := row.Scan(&r.Principal, &r.Key, &r.Tool, &r.Digest, &state, &r.Result, &r.Code, &r.AuditID, &created, &expires); err != nil {
+		return nil, err
+	}
+	r.State = idempotency.State(state)
+	r.CreatedAt, r.ExpiresAt = time.Unix(0, created).UTC(), time.Unix(0, expires).UTC()
+	return r, nil
+}
+
+func (k keys) Get(principal, key string) (*idempotency.Record, error) {
+	r, err := scanRecord(k.t.q.QueryRow(k.t.ctx, "SELECT "+recordColumns+" FROM idempotency WHERE principal = $1 AND key = $2", principal, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return r, k.t.check("read a key's record", err)
+}
+
+// claimKey is the advisory lock of principal's key: 64 bits of a hash of
+// the two, which keys never share but by a collision, when two keys only
+// wait for each other.
+func claimKey(principal, key string) int64 {
+	h := sha256.Sum256([]byte(principal + "\x00" + key))
+	return int64(binary.BigEndian.Uint64(h[:8]))
+}
+
+// Claim takes the key's advisory lock for the transaction, then reads its
+// record, which a statement after the lock sees as the holder committed
+// it. In a batch it only tries: a key another transaction holds makes the
+// write contended, to be run again alone. Alone, it waits for the lock
+// at most wait, then answers idempotency.ErrInUse.
+func (k keys) Claim(principal, key string, wait time.Duration) (*idempotency.Record, error) {
+	t := k.t
+	lock := claimKey(principal, key)
+	if !t.alone || wait <= 0 {
+		var ok bool
+		if err := t.q.QueryRow(t.ctx, "SELECT pg_try_advisory_xact_lock($1)", lock).Scan(&ok); err != nil {
+			return nil, t.check("claim a key", err)
+		}
+		switch {
+		case !ok && !t.alone:
+			t.contended = true
+			return nil, errContended
+		case !ok:
+			return nil, idempotency.ErrInUse
+		}
+		return k.Get(principal, key)
+	}
+	// Alone: wait for the holder, within wait, and go back to the write's
+	// own bound for what follows.
+	_, err := t.q.Exec(t.ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
+	if err == nil {
+		_, err = t.q.Exec(t.ctx, "SELECT pg_advisory_xact_lock($1)", lock)
+	}
+	if isCode(err, "55P03") {
+		return nil, idempotency.ErrInUse
+	}
+	if err != nil {
+		return nil, t.check("claim a key", err)
+	}
+	if _, err := t.q.Exec(t.ctx, aloneLockTimeout); err != nil {
+		return nil, t.check("claim a key", err)
+	}
+	return k.Get(principal, key)
+}
+
+// Put stores r, replacing the record of its key, which the claim made
+// this transaction's to write.
+func (k keys) Put(r *idempotency.Record) error {
+	switch r.State {
+	case idempotency.Completed, idempotency.Failed:
+	default:
+		return fmt.Errorf("pgdb: a record of state %q", r.State)
+	}
+	_, err := k.t.exec("store a key's record", "INSERT INTO idempotency ("+recordColumns+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "+
+		"ON CONFLICT (principal, key) DO UPDATE SET tool = EXCLUDED.tool, digest = EXCLUDED.digest, state = EXCLUDED.state, "+
+		"result = EXCLUDED.result, code = EXCLUDED.code, audit_id = EXCLUDED.audit_id, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at",
+		r.Principal, r.Key, r.Tool, r.Digest, string(r.State), r.Result, r.Code, r.AuditID, r.CreatedAt.UnixNano(), r.ExpiresAt.UnixNano())
+	return err
+}
+
+func (k keys) HasExpired(now time.Time) (bool, error) {
+	var expired bool
+	err := k.t.q.QueryRow(k.t.ctx, "SELECT EXISTS (SELECT 1 FROM idempotency WHERE expires_at <= $1)", now.UnixNano()).Scan(&expired)
+	return expired, k.t.check("look for expired keys", err)
+}
+
+// Collect deletes up to limit expired records, the earliest first. It
+// skips a record another transaction has locked (one replacing it), so
+// that collection waits for no write, on any replica.
+func (k keys) Collect(now time.Time, limit int) (int, bool, error) {
+	tag, err := k.t.exec("collect expired keys", "DELETE FROM idempotency WHERE (principal, key) IN "+
+		"(SELECT principal, key FROM idempotency WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		now.UnixNano(), limit)
+	if err != nil {
+		return 0, false, err
+	}
+	n := int(tag.RowsAffected())
+	if n < limit { // the rest, if any, are being replaced: the next round's
+		return n, false, nil
+	}
+	more, err := k.HasExpired(now)
+	return n, more, err
+}
+
+func (k keys) ForEach(fn func(*idempotency.Record) error) error {
+	rows, err := k.t.q.Query(k.t.ctx, "SELECT "+recordColumns+" FROM idempotency ORDER BY expires_at, principal, key")
+	if err != nil {
+		return k.t.check("read the keys' records", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return k.t.check("read the keys' records", err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return k.t.check("read the keys' records", rows.Err())
+}

@@ -1,0 +1,309 @@
+package pgdb
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// ErrBadURL is returned by Open and ParseURL for a connection string
+// that is not one; its text says no more, since the string holds the
+// password.
+var ErrBadURL = errors.New("pgdb: not a PostgreSQL connection URL or keyword/value string")
+
+// ErrSchemaNewer is returned by Open for a database whose schema a newer
+// writerd wrote.
+var ErrSchemaNewer = errors.New("pgdb: the database's schema is newer than this writerd knows; run the writerd that wrote it")
+
+// Config says which database to open and how.
+type Config struct {
+	// URL is a connection URL (postgres://…) or keyword/value string.
+	URL string
+	// Password, if set, is the password (a --store-password-file's),
+	// over the URL's; otherwise the URL's, PGPASSWORD's or .pgpass's.
+	Password string
+	// MaxConns bounds the pool (default 16).
+	MaxConns int32
+	// IdleInTransaction is how long the server lets a transaction sit
+	// idle before it ends it, releasing its claims and locks: a replica
+	// stopped or partitioned mid-write holds nothing longer (default 10s).
+	IdleInTransaction time.Duration
+	// MaxBatch bounds the writes one transaction commits (default
+	// MaxBatch).
+	MaxBatch int
+}
+
+// ParseURL checks a connection string, and returns the name of its
+// database for messages (no host, no user, no password).
+func ParseURL(url string) (database string, err error) {
+	c, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "", ErrBadURL
+	}
+	return c.Database, nil
+}
+
+// Store is the PostgreSQL backend's store of the built-in tools: a
+// pipeline.Store on a pool of connections to one database, which any
+// number of writerd processes may share.
+type Store struct {
+	pool     *pgxpool.Pool
+	database string
+	commits  *committer
+
+	mu       sync.Mutex
+	observer func(time.Duration, int)
+	closed   bool
+}
+
+var _ pipeline.Store[handlers.Store] = (*Store)(nil)
+
+// Open connects to the database, brings its schema up to date (under an
+// advisory lock, so that replicas starting together apply each migration
+// once) and returns its store. A server that cannot be reached is
+// UNAVAILABLE, which the daemon retries; a schema newer than this writerd
+// knows is ErrSchemaNewer.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return nil, ErrBadURL
+	}
+	if c.Password != "" {
+		pc.ConnConfig.Password = c.Password
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 16
+	}
+	if c.IdleInTransaction <= 0 {
+		c.IdleInTransaction = 10 * time.Second
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = MaxBatch
+	}
+	pc.MaxConns = c.MaxConns
+	pc.ConnConfig.RuntimeParams["application_name"] = "writerd"
+	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(c.IdleInTransaction.Milliseconds(), 10)
+	// A replica cut off by the network is noticed by its keepalives, and
+	// its connections' claims released by the server's timeouts.
+	pc.ConnConfig.DialFunc = (&net.Dialer{Timeout: 10 * time.Second,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}}).DialContext
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, ErrBadURL
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, unreachable(err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		if errors.Is(err, ErrSchemaNewer) {
+			return nil, err
+		}
+		if pipeline.ErrorCode(err) == pipeline.Unavailable {
+			return nil, unreachable(err)
+		}
+		return nil, err
+	}
+	s := &Store{pool: pool, database: pc.ConnConfig.Database}
+	s.commits = newCommitter(s, c.MaxBatch)
+	return s, nil
+}
+
+// unreachable is the error of a server that did not answer: UNAVAILABLE,
+// for the daemon to retry, naming only the kind of the failure.
+func unreachable(err error) error {
+	return pipeline.Wrap(pipeline.Unavailable, &pgError{text: "postgres: " + describe(err), err: err}, UnreachableMessage)
+}
+
+// Database returns the name of the store's database, for messages.
+func (s *Store) Database() string { return s.database }
+
+// View runs fn in a read-only transaction that sees one state of the
+// database (repeatable read).
+func (s *Store) View(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
+	if s.isClosed() {
+		return pipeline.Wrap(pipeline.Unavailable, errClosed, closedMessage)
+	}
+	q, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return wrapErr("begin", err)
+	}
+	defer q.Rollback(context.WithoutCancel(ctx))
+	t := &tx{ctx: ctx, q: q}
+	return fn(t.bound())
+}
+
+// Update runs fn as one write of the replica's group commit (group.go).
+func (s *Store) Update(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
+	return s.commits.write(ctx, fn)
+}
+
+// Ready asks the server, in a write transaction, whether it takes writes.
+func (s *Store) Ready(ctx context.Context) error {
+	if s.isClosed() {
+		return errClosed
+	}
+	var readOnly string
+	if err := s.pool.QueryRow(ctx, "SHOW transaction_read_only").Scan(&readOnly); err != nil {
+		return wrapErr("ready", err)
+	}
+	if readOnly != "off" {
+		return errors.New("postgres: the server takes no writes (a standby?)")
+	}
+	return nil
+}
+
+// ObserveCommits has f told of every commit (group.go).
+func (s *Store) ObserveCommits(f func(d time.Duration, writes int)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.observer = f
+}
+
+func (s *Store) observe(d time.Duration, writes int) {
+	s.mu.Lock()
+	f := s.observer
+	s.mu.Unlock()
+	if f != nil {
+		f(d, writes)
+	}
+}
+
+// Close waits for the commit in flight, answers the writes still queued
+// UNAVAILABLE, and closes the pool.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.commits.stop()
+	s.pool.Close()
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+var errClosed = errors.New("pgdb: the store is closed")
+
+// Origin returns the audit log's origin recorded in the database, or ""
+// if none is yet.
+func (s *Store) Origin(ctx context.Context) (string, error) {
+	var origin string
+	err := s.pool.QueryRow(ctx, "SELECT value FROM writerd_meta WHERE name = 'origin'").Scan(&origin)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return origin, wrapErr("read the origin", err)
+}
+
+// ClaimOrigin records origin as the audit log's if the database has none,
+// and returns the one it has: the daemon refuses a key of another.
+func (s *Store) ClaimOrigin(ctx context.Context, origin string) (string, error) {
+	_, err := s.pool.Exec(ctx, "INSERT INTO writerd_meta (name, value) VALUES ('origin', $1) ON CONFLICT (name) DO NOTHING", origin)
+	if err != nil {
+		return "", wrapErr("record the origin", err)
+	}
+	return s.Origin(ctx)
+}
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// migration is one file of migrations/: its version is its number.
+type migration struct {
+	version int
+	sql     string
+}
+
+func loadMigrations() []migration {
+	entries, _ := migrations.ReadDir("migrations")
+	var ms []migration
+	for _, e := range entries {
+		n, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			panic("pgdb: a migration's name does not start with its version: " + e.Name())
+		}
+		b, _ := migrations.ReadFile("migrations/" + e.Name())
+		ms = append(ms, migration{n, string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	return ms
+}
+
+// SchemaVersion is the newest schema this writerd knows.
+var SchemaVersion = func() int { ms := loadMigrations(); return ms[len(ms)-1].version }()
+
+// migrateKey is the advisory lock replicas take to migrate one at a time.
+const migrateKey = 0x77726974_65726401 // "writerd" 1
+
+// migrate applies the migrations the database lacks, each in a
+// transaction with its version's row, one replica at a time.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return wrapErr("migrate", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(migrateKey)); err != nil {
+		return wrapErr("migrate", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrateKey))
+	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS writerd_schema (version int PRIMARY KEY, applied_at bigint NOT NULL)"); err != nil {
+		return wrapErr("migrate", err)
+	}
+	var have int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM writerd_schema").Scan(&have); err != nil {
+		return wrapErr("migrate", err)
+	}
+	if have > SchemaVersion {
+		return ErrSchemaNewer
+	}
+	for _, m := range loadMigrations() {
+		if m.version <= have {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(q pgx.Tx) error {
+			if _, err := q.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := q.Exec(ctx, "INSERT INTO writerd_schema (version, applied_at) VALUES ($1, $2)", m.version, time.Now().UnixNano())
+			return err
+		})
+		if err != nil {
+			return wrapErr(fmt.Sprintf("apply migration %d", m.version), err)
+		}
+	}
+	return nil
+}
+
+// Migrate brings the schema of the database at url up to date, as Open
+// does: for a test's template database.
+func Migrate(ctx context.Context, url string) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return ErrBadURL
+	}
+	defer pool.Close()
+	return migrate(ctx, pool)
+}

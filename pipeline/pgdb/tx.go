@@ -1,0 +1,215 @@
+package pgdb
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// errContended marks a write that met a lock another transaction holds
+// while in a batch: it is rolled back to its savepoint and run again
+// alone, where it may wait (group.go).
+var errContended = errors.New("pgdb: a lock another transaction holds")
+
+// tx is one transaction of the store: a read-only one (View), a batch of
+// the group commit, or a write run alone. In a batch nothing may wait on
+// another transaction but for the audit log's head (lock_timeout is short,
+// claims are try-locks): a wait would stall every write of the batch, and
+// could deadlock with another replica's batch, which holds the head. A
+// write that would wait is marked contended and run again alone, where it
+// waits for what it needs and takes the head last.
+type tx struct {
+	ctx   context.Context
+	q     pgx.Tx
+	write bool
+	alone bool
+
+	contended bool
+
+	head    *head               // the audit log's head, once this transaction locked it
+	hashes  map[int64]tlog.Hash // tree hashes this transaction stored, for the appends after
+	journal []int64             // the indexes of hashes, in the order stored
+}
+
+// head is the audit log's head as this transaction sees it.
+type head struct {
+	size     uint64
+	lastID   string
+	lastTime time.Time
+	dirty    bool
+}
+
+// mark is a transaction's state at a write's savepoint.
+type mark struct {
+	head    *head
+	journal int
+}
+
+func (t *tx) bound() pipeline.Tx[handlers.Store] { return bound{t} }
+
+// bound hands out the stores of a transaction.
+type bound struct{ t *tx }
+
+func (b bound) Keys() pipeline.Keys    { return keys{b.t} }
+func (b bound) Audit() pipeline.Audit  { return log{b.t} }
+func (b bound) Domain() handlers.Store { return domain{b.t} }
+
+// check turns a statement's error into the store's: in a batch, a lock
+// another transaction holds (lock_timeout) is errContended and marks the
+// write to be run again alone.
+func (t *tx) check(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if t.write && !t.alone && (isCode(err, "55P03") || isCode(err, "25P02") && t.contended) {
+		t.contended = true
+		return errContended
+	}
+	return wrapErr(what, err)
+}
+
+func (t *tx) exec(what, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := t.q.Exec(t.ctx, sql, args...)
+	return tag, t.check(what, err)
+}
+
+func (t *tx) queryRow(what, sql string, args []any, dest ...any) error {
+	err := t.q.QueryRow(t.ctx, sql, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	return t.check(what, err)
+}
+
+// forUpdate is the locking clause of a read in a write transaction: what
+// a write reads it may change, and no other replica may change it
+// meanwhile.
+func (t *tx) forUpdate() string {
+	if t.write {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+// savepoint marks the state of a batch before one of its writes.
+func (t *tx) savepoint() (mark, error) {
+	m := mark{journal: len(t.journal)}
+	if t.head != nil {
+		h := *t.head
+		m.head = &h
+	}
+	_, err := t.q.Exec(t.ctx, "SAVEPOINT w")
+	return m, wrapErr("savepoint", err)
+}
+
+// rollbackTo undoes a write of a batch, to its savepoint.
+func (t *tx) rollbackTo(m mark) error {
+	for _, idx := range t.journal[m.journal:] {
+		delete(t.hashes, idx)
+	}
+	t.journal = t.journal[:m.journal]
+	t.head = m.head
+	t.contended = false
+	_, err := t.q.Exec(t.ctx, "ROLLBACK TO SAVEPOINT w")
+	return wrapErr("roll back a write", err)
+}
+
+// lockHead locks the audit log's head for this transaction, once: every
+// append of every replica goes through it, so sequence numbers are dense
+// and follow commit order. In a batch it is the one lock that waits.
+func (t *tx) lockHead() (*head, error) {
+	if t.head != nil {
+		return t.head, nil
+	}
+	if !t.alone {
+		if _, err := t.q.Exec(t.ctx, "SET LOCAL lock_timeout = '30s'"); err != nil {
+			return nil, wrapErr("lock the log", err)
+		}
+	}
+	var h head
+	var last int64
+	err := t.q.QueryRow(t.ctx, "SELECT size, last_id, last_time FROM audit_head FOR UPDATE").Scan(&h.size, &h.lastID, &last)
+	if err != nil {
+		return nil, wrapErr("lock the log", err)
+	}
+	if last != 0 {
+		h.lastTime = time.Unix(0, last).UTC()
+	}
+	if !t.alone {
+		if _, err := t.q.Exec(t.ctx, batchLockTimeout); err != nil {
+			return nil, wrapErr("lock the log", err)
+		}
+	}
+	t.head = &h
+	return t.head, nil
+}
+
+// flushHead writes the head back, before the commit.
+func (t *tx) flushHead() error {
+	if t.head == nil || !t.head.dirty {
+		return nil
+	}
+	var last int64
+	if !t.head.lastTime.IsZero() {
+		last = t.head.lastTime.UnixNano()
+	}
+	_, err := t.q.Exec(t.ctx, "UPDATE audit_head SET size = $1, last_id = $2, last_time = $3", int64(t.head.size), t.head.lastID, last)
+	return wrapErr("update the log's head", err)
+}
+
+// ReadHashes reads stored tree hashes: those this transaction stored
+// first, then the database's.
+func (t *tx) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	var want []int64
+	for i, idx := range indexes {
+		if h, ok := t.hashes[idx]; ok {
+			out[i] = h
+		} else {
+			want = append(want, idx)
+		}
+	}
+	if len(want) == 0 {
+		return out, nil
+	}
+	rows, err := t.q.Query(t.ctx, "SELECT idx, hash FROM audit_hashes WHERE idx = ANY($1)", want)
+	if err != nil {
+		return nil, t.check("read tree hashes", err)
+	}
+	found := map[int64]tlog.Hash{}
+	for rows.Next() {
+		var idx int64
+		var b []byte
+		if err := rows.Scan(&idx, &b); err != nil {
+			rows.Close()
+			return nil, t.check("read tree hashes", err)
+		}
+		var h tlog.Hash
+		copy(h[:], b)
+		found[idx] = h
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.check("read tree hashes", err)
+	}
+	for i, idx := range indexes {
+		if _, ok := t.hashes[idx]; ok {
+			continue
+		}
+		h, ok := found[idx]
+		if !ok {
+			return nil, errors.New("pgdb: a tree hash is missing: the log is damaged")
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
+var _ auditlog.Writer = log{}
