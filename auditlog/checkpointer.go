@@ -18,7 +18,15 @@ type Checkpointer struct {
 	Every    uint64        // events between checkpoints
 	Interval time.Duration // the longest an appended event waits for a checkpoint
 	Logger   *slog.Logger
+	// Lead, if set, says whether this process is the one that signs now:
+	// where several processes share the log, one at a time does, elected
+	// by its store (PostgreSQL: an advisory lock the server releases with
+	// the signer's connection). Run signs nothing while Lead says no.
+	Lead func(ctx context.Context) bool
 }
+
+// leads reports whether this process may sign now.
+func (c *Checkpointer) leads(ctx context.Context) bool { return c.Lead == nil || c.Lead(ctx) }
 
 // Run signs checkpoints until ctx ends, then signs a last one if the log
 // grew, so that a clean shutdown leaves every event covered.
@@ -31,11 +39,17 @@ func (c *Checkpointer) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			// The context is gone; the last checkpoint still needs the store.
+			if !c.leads(context.Background()) {
+				return
+			}
 			if _, err := c.Sign(context.Background()); err != nil {
 				c.Logger.Error("sign the last audit checkpoint", "cause", err.Error())
 			}
 			return
 		case <-tick.C:
+		}
+		if !c.leads(ctx) {
+			continue
 		}
 		size, signed, err := c.state(ctx)
 		if err != nil {

@@ -150,7 +150,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 // log's checkpoints with: the flags the audit commands share.
 type auditFrom struct {
 	server    string
-	dataDir   string
+	store     storeFlags
 	tokenFile string
 	key       string // --key: a verifier key or a file holding one
 	auditKey  string // --audit-key: the daemon's key file
@@ -163,14 +163,15 @@ type auditFrom struct {
 func (a *auditFrom) define(fs *flagSet, key, auditKey bool) {
 	a.fs = fs
 	fs.StringVar(&a.server, "server", "", "read the log from a running daemon's audit API at this `URL`, such as http://127.0.0.1:7070")
-	fs.dataDirFlag(&a.dataDir)
+	a.store.define(fs)
 	fs.Lookup("data").Usage = "read the log from this data `directory`, which no daemon may hold: an absolute path, or one starting with ~/"
+	fs.Lookup("store").Usage = "read the log from this PostgreSQL database, the `URL` or keyword/value string the daemons' --store is (replicas may run meanwhile)"
 	fs.StringVar(&a.tokenFile, "token-file", "", "with --server: the `file` holding the bearer token (it needs the audit scope); without it, $WRITERD_TOKEN")
 	if key {
 		fs.StringVar(&a.key, "key", "", "check checkpoints with this verifier `key`: the text writerd audit key prints, or a file holding it (default: the log's own)")
 	}
 	if auditKey {
-		fs.StringVar(&a.auditKey, "audit-key", "", "with --data: the daemon's key `file`, whose second line is the verifier key (default <data>/"+auditKeyFile+")")
+		fs.StringVar(&a.auditKey, "audit-key", "", "with --data or --store: the daemon's key `file`, whose second line is the verifier key (default <data>/"+auditKeyFile+")")
 	}
 }
 
@@ -184,10 +185,14 @@ func (a *auditFrom) remote() (bool, error) {
 	if !set["server"] {
 		return false, nil
 	}
-	if set["data"] && a.fs.fromEnv["server"] == a.fs.fromEnv["data"] {
-		return false, a.fs.fail("%s and %s each name where the log is read; give one of them", a.fs.label("server"), a.fs.label("data"))
+	local := false
+	for _, name := range []string{"data", "store"} {
+		if set[name] && a.fs.fromEnv["server"] == a.fs.fromEnv[name] {
+			return false, a.fs.fail("%s and %s each name where the log is read; give one of them", a.fs.label("server"), a.fs.label(name))
+		}
+		local = local || set[name] && !a.fs.fromEnv[name]
 	}
-	return !set["data"] || a.fs.fromEnv["data"], nil
+	return !local, nil
 }
 
 // open opens the source the flags name. A data directory is opened
@@ -207,17 +212,20 @@ func (a *auditFrom) open(ctx context.Context) (source, error) {
 		if given("token-file") {
 			return nil, fs.fail("--token-file is for --server; a data directory is read without a token")
 		}
-		dir, err := fs.dataDir(a.dataDir)
+		store, err := a.store.config(fs)
 		if err != nil {
 			return nil, err
 		}
-		keyFile := filepath.Join(dir, auditKeyFile)
-		if a.auditKey != "" {
+		var keyFile string
+		switch {
+		case a.auditKey != "":
 			if keyFile, err = fs.path("audit-key", a.auditKey); err != nil {
 				return nil, err
 			}
+		case !store.Postgres():
+			keyFile = filepath.Join(store.Data, auditKeyFile)
 		}
-		return openLocal(dir, keyFile)
+		return openLocal(store, keyFile)
 	}
 	if given("audit-key") {
 		return nil, fs.fail("--audit-key reads a data directory's key file; with --server the log's key comes from the daemon, or give --key")
@@ -340,7 +348,7 @@ func pathless(err error) error {
 // the log is and which key checks it. The others never do: a filter set
 // by a variable meant for another command (WRITERD_PRINCIPAL is serve's
 // principal, WRITERD_KEY the verifier key) would hide events silently.
-var envFlags = map[string]bool{"server": true, "data": true, "token-file": true, "key": true, "audit-key": true}
+var envFlags = map[string]bool{"server": true, "data": true, "store": true, "store-password-file": true, "token-file": true, "key": true, "audit-key": true}
 
 // parseAudit parses an audit command's flags, taking only envFlags from
 // the environment.

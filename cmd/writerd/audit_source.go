@@ -39,10 +39,10 @@ type localSource struct {
 	s       daemon.Store // nil while idle
 }
 
-// openLocal opens the store in dir read-only; it creates nothing. A store
-// a daemon holds is errHeld, at once.
-func openLocal(dir, keyFile string) (*localSource, error) {
-	l := &localSource{store: daemon.StoreConfig{Data: dir}, keyFile: keyFile}
+// openLocal opens the store read-only; it creates nothing. A store a
+// daemon holds is errHeld, at once.
+func openLocal(store daemon.StoreConfig, keyFile string) (*localSource, error) {
+	l := &localSource{store: store, keyFile: keyFile}
 	l.Local = auditapi.Local{Log: l}
 	return l, l.open()
 }
@@ -92,6 +92,9 @@ func (l *localSource) View(ctx context.Context, fn func(auditlog.Reader) error) 
 }
 
 func (l *localSource) VerifierKey(context.Context) (string, string, error) {
+	if l.keyFile == "" {
+		return "", "", errors.New("a PostgreSQL store keeps no key beside it, so the checkpoints cannot be checked: give the verifier key with --key, or the daemons' key file with --audit-key")
+	}
 	b, err := os.ReadFile(l.keyFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", "", errors.New("the daemon's key file is not there (<data>/" + auditKeyFile + ", or --audit-key), so the checkpoints cannot be checked: give the verifier key with --key")

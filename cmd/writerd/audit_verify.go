@@ -105,7 +105,7 @@ func (c *auditVerify) Run(ctx context.Context, args []string) error {
 	if c.export != "" {
 		var given []string
 		fs.Visit(func(f *flag.Flag) {
-			if (f.Name == "server" || f.Name == "data") && !fs.fromEnv[f.Name] {
+			if (f.Name == "server" || f.Name == "data" || f.Name == "store") && !fs.fromEnv[f.Name] {
 				given = append(given, "--"+f.Name)
 			}
 		})

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/writerd/writerd/internal/daemon"
 )
 
 // BenchCommand drives writes at a chosen concurrency and reports what they
@@ -23,7 +25,9 @@ type BenchCommand struct {
 	tool      string
 	target    string
 	dataDir   string
+	store     string
 	server    string
+	servers   []string
 	tokenFile string
 	baseline  bool
 	output    string
@@ -118,7 +122,8 @@ func (c *BenchCommand) flags() *flagSet {
 	targets := []string{targetInproc, targetAPI, targetMCP}
 	fs.Var(choiceValue{v: &c.target, choices: targets}, "target", "the `target` the writes go to: "+orList(targets))
 	fs.StringVar(&c.dataDir, "data", "", "inproc: the data `directory` to write in, kept afterwards: an absolute path, or one starting with ~/ (default: a fresh one in $TMPDIR, removed)")
-	fs.StringVar(&c.server, "server", "", "api, mcp: the daemon's `URL`, such as http://127.0.0.1:7070")
+	fs.StringVar(&c.store, "store", "", "inproc: a PostgreSQL server's connection `URL` or keyword/value string: bench makes a database of its own there, and drops it at the end")
+	fs.StringVar(&c.server, "server", "", "api, mcp: the daemon's `URL`, such as http://127.0.0.1:7070, or several replicas' separated by commas, the agents spread over them")
 	fs.StringVar(&c.tokenFile, "token-file", "", "api, mcp: the `file` holding a bearer token with the write scope; without it, $WRITERD_TOKEN")
 	fs.BoolVar(&c.baseline, "baseline", false, "inproc: also run the raw store doing the same puts, and compare")
 	outputFlag(fs, &c.output, "table", "json")
@@ -157,6 +162,12 @@ func (c *BenchCommand) parse(args []string) error {
 		return fs.fail("--baseline runs the raw store in this process: it goes with --target inproc, not %s", c.target)
 	case remote && given["data"]:
 		return fs.fail("--data is for --target inproc; a daemon writes in its own data directory")
+	case remote && given["store"]:
+		return fs.fail("--store is for --target inproc; a daemon writes in its own store")
+	case given["store"] && given["data"]:
+		return fs.fail("--data and --store each name a store; give one of them")
+	case c.store != "" && daemon.CheckURL(c.store) != nil:
+		return fs.fail("--store takes %s", storeForm)
 	case remote && c.server == "":
 		return fs.fail("--target %s needs %s URL, the running daemon's, such as http://127.0.0.1:7070", c.target, fs.label("server"))
 	case !remote && given["server"]:
@@ -165,11 +176,13 @@ func (c *BenchCommand) parse(args []string) error {
 		return fs.fail("%s is for --target api or mcp; inproc needs no token", fs.label("token-file"))
 	}
 	if remote {
-		u, err := url.Parse(c.server)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-			return fs.fail("%s takes the daemon's URL, such as http://127.0.0.1:7070", fs.label("server"))
+		for s := range strings.SplitSeq(c.server, ",") {
+			u, err := url.Parse(strings.TrimSpace(s))
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+				return fs.fail("%s takes the daemon's URL, such as http://127.0.0.1:7070, or several separated by commas", fs.label("server"))
+			}
+			c.servers = append(c.servers, strings.TrimSuffix(u.String(), "/"))
 		}
-		c.server = strings.TrimSuffix(u.String(), "/")
 	}
 	if c.dataDir != "" {
 		var err error
@@ -195,13 +208,13 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		err error
 	)
 	if c.target == targetInproc {
-		rep, err = b.runInproc(ctx, c.dataDir, c.baseline)
+		rep, err = b.runInproc(ctx, c.dataDir, c.store, c.baseline)
 	} else {
 		token, terr := c.token()
 		if terr != nil {
 			return terr
 		}
-		rep, err = b.runRemote(ctx, c.target, c.server, token)
+		rep, err = b.runRemote(ctx, c.target, c.servers, token)
 	}
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -231,8 +244,10 @@ func (c *BenchCommand) token() (string, error) {
 	if token == "" {
 		return "", fmt.Errorf("bench: no token: set WRITERD_TOKEN, or give --token-file, with a token that has the write scope (writerd token new --scopes read,write)")
 	}
-	if u, _ := url.Parse(c.server); u.Scheme == "http" && !loopbackHost(u.Hostname()) {
-		fmt.Fprintf(c.Stderr, "writerd bench: warning: the token goes to %s over plain HTTP, readable on the way; use https\n", u.Host)
+	for _, s := range c.servers {
+		if u, _ := url.Parse(s); u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+			fmt.Fprintf(c.Stderr, "writerd bench: warning: the token goes to %s over plain HTTP, readable on the way; use https\n", u.Host)
+		}
 	}
 	return token, nil
 }

@@ -25,9 +25,10 @@ type bench struct {
 	progress *progress
 }
 
-// runInproc runs the writes through a pipeline in this process, on dir or
-// a fresh data directory, then the baselines if asked.
-func (b *bench) runInproc(ctx context.Context, dir string, baseline bool) (*benchReport, error) {
+// runInproc runs the writes through a pipeline in this process, on dir, a
+// fresh data directory, or a fresh database on the PostgreSQL server
+// storeURL names, then the baselines if asked.
+func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bool) (*benchReport, error) {
 	rep := &benchReport{Tool: b.tool, Target: targetInproc, Agents: b.agents, Duration: b.duration.Seconds(), Store: "given"}
 	if dir == "" {
 		rep.Store = "fresh"
@@ -37,7 +38,17 @@ func (b *bench) runInproc(ctx context.Context, dir string, baseline bool) (*benc
 		}
 		defer os.RemoveAll(dir)
 	}
-	run, err := b.runPipeline(ctx, dir, rep)
+	store := daemon.StoreConfig{Data: dir}
+	if storeURL != "" {
+		rep.Store = "fresh postgres"
+		scratch, drop, err := daemon.ScratchDatabase(ctx, daemon.StoreConfig{URL: storeURL})
+		if err != nil {
+			return nil, err
+		}
+		defer drop()
+		store = scratch
+	}
+	run, err := b.runPipeline(ctx, store, filepath.Join(dir, auditKeyFile), rep)
 	if err != nil {
 		return nil, err
 	}
@@ -51,9 +62,9 @@ func (b *bench) runInproc(ctx context.Context, dir string, baseline bool) (*benc
 	return rep, nil
 }
 
-// runPipeline measures the pipeline's writes on dir.
-func (b *bench) runPipeline(ctx context.Context, dir string, rep *benchReport) (*runResult, error) {
-	s, err := openBenchPipeline(ctx, dir)
+// runPipeline measures the pipeline's writes on the store.
+func (b *bench) runPipeline(ctx context.Context, store daemon.StoreConfig, keyFile string, rep *benchReport) (*runResult, error) {
+	s, err := openBenchPipeline(ctx, store, keyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -214,10 +225,10 @@ type benchPipeline struct {
 	commits tallier
 }
 
-func openBenchPipeline(ctx context.Context, dir string) (*benchPipeline, error) {
+func openBenchPipeline(ctx context.Context, store daemon.StoreConfig, keyFile string) (*benchPipeline, error) {
 	s := &benchPipeline{}
 	d, err := daemon.Open(ctx, daemon.Config{
-		Store: daemon.StoreConfig{Data: dir}, KeyFile: filepath.Join(dir, auditKeyFile),
+		Store: store, KeyFile: keyFile,
 		Logger:   slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Version:  version(),
 		OnCommit: s.commits.observe,

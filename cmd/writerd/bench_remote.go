@@ -17,25 +17,33 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// runRemote runs the writes against a daemon at server, over its direct
-// API or MCP, and reads what the daemon did from its /metrics.
-func (b *bench) runRemote(ctx context.Context, target, server, token string) (*benchReport, error) {
+// runRemote runs the writes against daemons at servers (the replicas of
+// one store, or one daemon), over their direct API or MCP, agent a
+// writing to servers[a % len(servers)], and reads what they did from
+// their /metrics, summed.
+func (b *bench) runRemote(ctx context.Context, target string, servers []string, token string) (*benchReport, error) {
 	rep := &benchReport{Tool: b.tool, Target: target, Agents: b.agents, Duration: b.duration.Seconds(), Store: "daemon"}
+	if len(servers) > 1 {
+		rep.Store = strconv.Itoa(len(servers)) + " replicas"
+	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = b.agents+8, b.agents+8
 	t.ResponseHeaderTimeout = time.Minute
 	client := &http.Client{Transport: t}
 	defer client.CloseIdleConnections()
-	scraper := &scraper{client: client, url: server + "/metrics"}
+	scraper := &scraper{client: client}
+	for _, s := range servers {
+		scraper.urls = append(scraper.urls, s+"/metrics")
+	}
 	if _, err := scraper.scrape(ctx); err != nil {
 		return nil, err
 	}
 
 	var c caller
 	if target == targetAPI {
-		c = &apiCaller{client: client, server: server, token: token}
+		c = &apiCaller{client: client, servers: servers, token: token}
 	} else {
-		mc, err := dialMCP(ctx, server, token, b.agents, t)
+		mc, err := dialMCP(ctx, servers, token, b.agents, t)
 		if err != nil {
 			return nil, err
 		}
@@ -109,15 +117,16 @@ func envelopeCode(b []byte) string {
 }
 
 // apiCaller calls the direct API, POST /v1/tools/{tool}, the key in the
-// Idempotency-Key header.
+// Idempotency-Key header, each agent at its server.
 type apiCaller struct {
-	client *http.Client
-	server string
-	token  string
+	client  *http.Client
+	servers []string
+	token   string
 }
 
-func (c *apiCaller) call(ctx context.Context, _ int, tool, key, rest string, want bool) ([]byte, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.server+"/v1/tools/"+tool, strings.NewReader("{"+rest+"}"))
+func (c *apiCaller) call(ctx context.Context, agent int, tool, key, rest string, want bool) ([]byte, string) {
+	server := c.servers[agent%len(c.servers)]
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, server+"/v1/tools/"+tool, strings.NewReader("{"+rest+"}"))
 	if err != nil {
 		return nil, codeTransport
 	}
@@ -164,8 +173,9 @@ func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-// dialMCP opens a session for each agent, all at once.
-func dialMCP(ctx context.Context, server, token string, agents int, t http.RoundTripper) (*mcpCaller, error) {
+// dialMCP opens a session for each agent, all at once, agent a's at
+// servers[a % len(servers)].
+func dialMCP(ctx context.Context, servers []string, token string, agents int, t http.RoundTripper) (*mcpCaller, error) {
 	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-bench", Version: version()}, nil)
 	hc := &http.Client{Transport: tokenTransport{token: token, base: t}}
 	c := &mcpCaller{sessions: make([]*sdk.ClientSession, agents)}
@@ -174,14 +184,14 @@ func dialMCP(ctx context.Context, server, token string, agents int, t http.Round
 	for a := range agents {
 		wg.Go(func() {
 			c.sessions[a], errs[a] = client.Connect(ctx, &sdk.StreamableClientTransport{
-				Endpoint: server + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1,
+				Endpoint: servers[a%len(servers)] + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1,
 			}, nil)
 		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		c.close()
-		return nil, fmt.Errorf("cannot open an MCP session at %s/mcp (is the token in the daemon's tokens file?): %w", server, firstErr(errs))
+		return nil, fmt.Errorf("cannot open an MCP session at %s/mcp (is the token in the daemon's tokens file?): %w", strings.Join(servers, "/mcp, "), firstErr(errs))
 	}
 	return c, nil
 }
@@ -232,12 +242,12 @@ func (c *mcpCaller) call(ctx context.Context, agent int, tool, key, rest string,
 	return out, ""
 }
 
-// scraper reads a daemon's /metrics: its commits (the histograms
+// scraper reads daemons' /metrics: their commits (the histograms
 // writerd_store_commit_batch_size and writerd_store_commit_duration_seconds),
-// its heap in use, resident memory and CPU time.
+// heap in use, resident memory and CPU time, summed over the daemons.
 type scraper struct {
 	client *http.Client
-	url    string
+	urls   []string
 }
 
 // daemonStats is what one scrape read.
@@ -252,13 +262,26 @@ func (d *daemonStats) tally() tally {
 }
 
 func (s *scraper) scrape(ctx context.Context) (*daemonStats, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+	sum := &daemonStats{}
+	for _, u := range s.urls {
+		st, err := s.scrapeOne(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		sum.commits, sum.committed, sum.seconds = sum.commits+st.commits, sum.committed+st.committed, sum.seconds+st.seconds
+		sum.heap, sum.rss, sum.cpu = sum.heap+st.heap, sum.rss+st.rss, sum.cpu+st.cpu
+	}
+	return sum, nil
+}
+
+func (s *scraper) scrapeOne(ctx context.Context, url string) (*daemonStats, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("the daemon does not answer at %s: %w", strings.TrimSuffix(s.url, "/metrics"), errors.Unwrap(err))
+		return nil, fmt.Errorf("the daemon does not answer at %s: %w", strings.TrimSuffix(url, "/metrics"), errors.Unwrap(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

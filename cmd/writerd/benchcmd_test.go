@@ -249,8 +249,8 @@ func TestBench_Usage(t *testing.T) {
 		{"a server in process", []string{"--server", "http://127.0.0.1:7070"}, "writerd bench: --server is for --target api or mcp; inproc runs the pipeline in this process"},
 		{"a token file in process", []string{"--token-file", "/tmp/token"}, "writerd bench: --token-file is for --target api or mcp; inproc needs no token"},
 		{"a daemon without its URL", []string{"--target", "api"}, "writerd bench: --target api needs --server URL, the running daemon's, such as http://127.0.0.1:7070"},
-		{"a URL that is not one", []string{"--target", "mcp", "--server", "127.0.0.1:7070"}, "writerd bench: --server takes the daemon's URL, such as http://127.0.0.1:7070"},
-		{"a URL with a path", []string{"--target", "mcp", "--server", "http://127.0.0.1:7070/mcp"}, "writerd bench: --server takes the daemon's URL, such as http://127.0.0.1:7070"},
+		{"a URL that is not one", []string{"--target", "mcp", "--server", "127.0.0.1:7070"}, "writerd bench: --server takes the daemon's URL, such as http://127.0.0.1:7070, or several separated by commas"},
+		{"a URL with a path", []string{"--target", "mcp", "--server", "http://127.0.0.1:7070/mcp"}, "writerd bench: --server takes the daemon's URL, such as http://127.0.0.1:7070, or several separated by commas"},
 		{"a daemon's data directory", []string{"--target", "api", "--server", "http://127.0.0.1:7070", "--data", "/tmp/store"}, "writerd bench: --data is for --target inproc; a daemon writes in its own data directory"},
 		{"a baseline against a daemon", []string{"--target", "api", "--server", "http://127.0.0.1:7070", "--baseline"}, "writerd bench: --baseline runs the raw store in this process: it goes with --target inproc, not api"},
 	} {

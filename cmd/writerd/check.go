@@ -15,7 +15,7 @@ import (
 type CheckCommand struct {
 	Stdout, Stderr io.Writer
 
-	dataDir string
+	store storeFlags
 }
 
 const checkUsage = `usage: writerd check [--data DIR]
@@ -58,7 +58,7 @@ var errProblems = errors.New("problems found")
 
 func (c *CheckCommand) flags() *flagSet {
 	fs := newFlagSet("writerd check", checkUsage, c.Stdout, c.Stderr)
-	fs.dataDirFlag(&c.dataDir)
+	c.store.define(fs)
 	return fs
 }
 
@@ -68,11 +68,10 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	dir, err := fs.dataDir(c.dataDir)
+	store, err := c.store.config(fs)
 	if err != nil {
 		return err
 	}
-	store := daemon.StoreConfig{Data: dir}
 	s, err := daemon.OpenReadOnly(store)
 	var damaged *daemon.DamagedError
 	switch {

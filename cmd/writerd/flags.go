@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/writerd/writerd/internal/daemon"
 )
 
 // errUsage marks a usage error whose message and usage are already
@@ -223,4 +225,55 @@ func defaultDataDir() string {
 		return filepath.Join(d, "writerd")
 	}
 	return "~/.local/share/writerd"
+}
+
+// storeFlags are the flags that choose a command's store: --data, the
+// directory of the embedded bbolt store (the default), or --store, a
+// PostgreSQL database, with its password from --store-password-file if
+// not from the URL, PGPASSWORD or ~/.pgpass.
+type storeFlags struct {
+	data, store, passwordFile string
+}
+
+// storeForm is the form --store takes, for its usage and its errors.
+const storeForm = "a PostgreSQL connection URL, such as postgres://writerd@db.internal/writerd?sslmode=verify-full, or a keyword/value string such as \"host=db.internal dbname=writerd\""
+
+// define defines --data, --store and --store-password-file.
+func (s *storeFlags) define(fs *flagSet) {
+	fs.dataDirFlag(&s.data)
+	fs.StringVar(&s.store, "store", "", "keep the store in a PostgreSQL database instead of --data: a connection `URL` or keyword/value string; its password from the URL, PGPASSWORD, ~/.pgpass or --store-password-file")
+	fs.StringVar(&s.passwordFile, "store-password-file", "", "with --store: the `file` holding the PostgreSQL password")
+}
+
+// config resolves the flags into the store to open. Its errors are usage
+// errors that name the flag, never the URL, which may hold a password.
+func (s *storeFlags) config(fs *flagSet) (daemon.StoreConfig, error) {
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = !fs.fromEnv[f.Name] })
+	if s.store == "" {
+		if onCommandLine["store-password-file"] {
+			return daemon.StoreConfig{}, fs.fail("%s is for --store; the embedded store has no password", fs.label("store-password-file"))
+		}
+		dir, err := fs.dataDir(s.data)
+		return daemon.StoreConfig{Data: dir}, err
+	}
+	if onCommandLine["data"] && onCommandLine["store"] {
+		return daemon.StoreConfig{}, fs.fail("--data and --store each name a store; give one of them")
+	}
+	if err := daemon.CheckURL(s.store); err != nil {
+		return daemon.StoreConfig{}, fs.fail("%s takes %s", fs.label("store"), storeForm)
+	}
+	c := daemon.StoreConfig{URL: s.store}
+	if s.passwordFile != "" {
+		path, err := fs.path("store-password-file", s.passwordFile)
+		if err != nil {
+			return c, err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("cannot read the store's password file: %w", pathless(err))
+		}
+		c.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	return c, nil
 }

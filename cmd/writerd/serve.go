@@ -37,7 +37,8 @@ type ServeCommand struct {
 	tokensFile string
 	insecure   bool
 	maxBody    int64
-	dataDir    string
+	store      storeFlags
+	storeCfg   daemon.StoreConfig
 	principal  string
 	limits     pipeline.Limits
 	keyTTL     time.Duration
@@ -111,14 +112,14 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file` HTTP callers authenticate against (writerd token new makes it)")
 	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "serve HTTP without tokens, every caller as --principal with every scope; loopback addresses only")
 	fs.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "the largest HTTP request body, in `bytes`")
-	fs.dataDirFlag(&c.dataDir)
+	c.store.define(fs)
 	fs.StringVar(&c.principal, "principal", "local", "the `name` of the principal that stdio calls act as")
 	fs.IntVar(&c.limits.MaxBytes, "max-bytes", pipeline.DefaultLimits.MaxBytes, "the largest arguments of a call, in `bytes`")
 	fs.IntVar(&c.limits.MaxDepth, "max-depth", pipeline.DefaultLimits.MaxDepth, "the deepest nesting of arguments, in `levels`")
 	fs.DurationVar(&c.keyTTL, "key-ttl", pipeline.DefaultKeyTTL, "how long an idempotency key stays spent, a `duration`")
 	fs.DurationVar(&c.keyWait, "key-wait", pipeline.DefaultKeyWait, "how long a call waits for a running call with its key, a `duration`")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "the lowest `level` logged: debug, info, warn or error")
-	fs.StringVar(&c.auditKey, "audit-key", "", "the `file` of the key that signs audit checkpoints, created 0600 if missing (default <data>/"+auditKeyFile+")")
+	fs.StringVar(&c.auditKey, "audit-key", "", "the `file` of the key that signs audit checkpoints, created 0600 if missing (default <data>/"+auditKeyFile+"; with --store, required, the same file on every replica)")
 	fs.Uint64Var(&c.cpEvery, "checkpoint-every", 1000, "sign an audit checkpoint after this many `events`")
 	fs.DurationVar(&c.cpInterval, "checkpoint-interval", time.Minute, "sign an audit checkpoint at least this often while events come, a `duration`")
 	fs.defaults["checkpoint-interval"] = shortDuration(time.Minute)
@@ -183,12 +184,18 @@ func (c *ServeCommand) parse(args []string) error {
 			return err
 		}
 	}
-	if c.dataDir, err = fs.dataDir(c.dataDir); err != nil {
+	if c.storeCfg, err = c.store.config(fs); err != nil {
 		return err
 	}
-	if c.auditKey == "" {
-		c.auditKey = filepath.Join(c.dataDir, auditKeyFile)
-	} else if c.auditKey, err = fs.path("audit-key", c.auditKey); err != nil {
+	switch {
+	case c.auditKey == "" && c.storeCfg.Postgres():
+		return fs.fail("%s needs --audit-key FILE: the replicas of one store sign its log with one key, kept apart from the data", fs.label("store"))
+	case c.auditKey == "":
+		c.auditKey = filepath.Join(c.storeCfg.Data, auditKeyFile)
+	default:
+		c.auditKey, err = fs.path("audit-key", c.auditKey)
+	}
+	if err != nil {
 		return err
 	}
 	return nil
@@ -228,7 +235,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	cfg := daemon.Config{
-		Store: daemon.StoreConfig{Data: c.dataDir}, KeyFile: c.auditKey,
+		Store: c.storeCfg, KeyFile: c.auditKey,
 		Limits: c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait,
 		CheckpointEvery: c.cpEvery, CheckpointInterval: c.cpInterval,
 		Logger: log, Version: version(),
@@ -260,7 +267,11 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if ln != nil {
 		transports = append(transports, pipeline.TransportHTTP)
 	}
-	log.Info("config", "transports", strings.Join(transports, ","), "addr", listenAddr(ln),
+	backend := "bbolt"
+	if c.storeCfg.Postgres() {
+		backend = "postgres"
+	}
+	log.Info("config", "transports", strings.Join(transports, ","), "addr", listenAddr(ln), "store", backend,
 		"auth", authn.describe(), "principal", c.principal,
 		"max_bytes", c.limits.MaxBytes, "max_depth", c.limits.MaxDepth, "max_body", c.maxBody,
 		"key_ttl", c.keyTTL.String(), "key_wait", c.keyWait.String(),

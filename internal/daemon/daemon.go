@@ -94,18 +94,39 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.CheckpointInterval <= 0 {
 		cfg.CheckpointInterval = time.Minute
 	}
+	// A shared store records the origin of the first key it is opened
+	// with, and refuses another: its key comes first. The file of a store
+	// of one process comes first, so that a data directory that cannot be
+	// made is named as the store's.
+	var key *auditlog.Key
+	loadKey := func() error {
+		var err error
+		if key, err = auditlog.LoadKey(cfg.KeyFile, cfg.NewOrigin(), true); err != nil {
+			return &KeyError{err}
+		}
+		return nil
+	}
+	if cfg.Store.Postgres() {
+		if err := loadKey(); err != nil {
+			return nil, err
+		}
+		cfg.Store.Origin = key.Signer.Name()
+	}
 	store, err := OpenStore(ctx, cfg.Store)
 	var damaged *DamagedError
-	if errors.As(err, &damaged) {
+	switch {
+	case errors.As(err, &damaged):
 		return nil, errors.New(err.Error() + "; run writerd check --data DIR to list the damage")
-	}
-	if err != nil {
+	case errors.Is(err, ErrOtherOrigin):
+		return nil, err
+	case err != nil:
 		return nil, fmt.Errorf("the store cannot be opened: %w", err)
 	}
-	key, err := auditlog.LoadKey(cfg.KeyFile, cfg.NewOrigin(), true)
-	if err != nil {
-		store.Close()
-		return nil, &KeyError{err}
+	if key == nil {
+		if err := loadKey(); err != nil {
+			store.Close()
+			return nil, err
+		}
 	}
 
 	d := &Daemon{Store: store, Key: key, Registry: prometheus.NewRegistry(), cfg: cfg, log: cfg.Logger}
@@ -133,13 +154,21 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.Tools = len(tools)
 	d.checkpointer = &auditlog.Checkpointer{Storage: d.Audit(), Key: key,
-		Every: cfg.CheckpointEvery, Interval: cfg.CheckpointInterval, Logger: cfg.Logger}
+		Every: cfg.CheckpointEvery, Interval: cfg.CheckpointInterval, Logger: cfg.Logger, Lead: d.leads}
 	return d, nil
 }
 
 // Audit is the audit log's storage, as the audit API and the checkpointer
 // read it: the store's, not wrapped.
 func (d *Daemon) Audit() auditlog.Storage { return pipeline.AuditStorage[handlers.Store](d.Store) }
+
+// leads reports whether this daemon signs checkpoints now: always on a
+// store one process holds; where replicas share one, the one its store
+// elects.
+func (d *Daemon) leads(ctx context.Context) bool {
+	l, ok := d.Store.Store().(interface{ Lead(context.Context) bool })
+	return !ok || l.Lead(ctx)
+}
 
 // Checkpointer returns the daemon's checkpointer, which Run runs.
 func (d *Daemon) Checkpointer() *auditlog.Checkpointer { return d.checkpointer }

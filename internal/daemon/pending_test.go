@@ -48,7 +48,7 @@ func mustUnavailable(t testing.TB, p *Pending, message string) {
 // the returned func is called.
 func mustHold(t testing.TB, dir string) (release func()) {
 	t.Helper()
-	s, err := open(StoreConfig{Data: dir})
+	s, err := open(ctx, StoreConfig{Data: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestPending_GivesUpOnDamage(t *testing.T) {
 // it then answers UNAVAILABLE and leaves the holder's store alone.
 func TestPending_Close(t *testing.T) {
 	dir := t.TempDir()
-	holder, err := open(StoreConfig{Data: dir})
+	holder, err := open(ctx, StoreConfig{Data: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

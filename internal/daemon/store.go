@@ -3,26 +3,78 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
+	"github.com/writerd/writerd/pipeline/pgdb"
 )
 
 // Store is an open store of the built-in tools, on whichever backend.
 type Store = pipeline.Store[handlers.Store]
 
-// StoreConfig says which store a daemon runs on. Today that is the bbolt
-// file in Data; the choice of a backend is made here, in open and
-// openReadOnly, and nowhere else.
+// StoreConfig says which store a daemon runs on: a PostgreSQL database
+// if URL is set, else the embedded bbolt file in Data. The choice of a
+// backend is made here, in open and OpenReadOnly, and nowhere else.
 type StoreConfig struct {
 	// Data is the data directory of the embedded bbolt store.
 	Data string
+	// URL is a PostgreSQL connection URL or keyword/value string; it may
+	// hold a password, so it is never shown.
+	URL string
+	// Password is the PostgreSQL password, if not the URL's, PGPASSWORD's
+	// or .pgpass's.
+	Password string
+	// Database, if set, is the PostgreSQL database, over the URL's.
+	Database string
+	// Origin is the audit log's origin, the signing key's name: a
+	// PostgreSQL store records the first it is opened with, and refuses
+	// another (its replicas must share one key).
+	Origin string
 }
 
-// Name names the store in messages, without its path.
-func (c StoreConfig) Name() string { return "<data>/" + boltdb.FileName }
+// Postgres reports whether the store is a PostgreSQL database.
+func (c StoreConfig) Postgres() bool { return c.URL != "" }
+
+// Name names the store in messages, without its path or its URL.
+func (c StoreConfig) Name() string {
+	if c.Postgres() {
+		db, err := pgdb.ParseURL(c.URL)
+		if c.Database != "" {
+			db = c.Database
+		}
+		if err != nil || db == "" {
+			return "the PostgreSQL database"
+		}
+		return "the PostgreSQL database " + db
+	}
+	return "<data>/" + boltdb.FileName
+}
+
+func (c StoreConfig) pgdb(readOnly bool) pgdb.Config {
+	return pgdb.Config{URL: c.URL, Password: c.Password, Database: c.Database, ReadOnly: readOnly}
+}
+
+// ScratchDatabase makes a new database on the PostgreSQL server c names,
+// for a run of its own (writerd bench), and returns its store's config
+// and a function that drops it.
+func ScratchDatabase(ctx context.Context, c StoreConfig) (StoreConfig, func() error, error) {
+	pc, drop, err := pgdb.Scratch(ctx, c.pgdb(false))
+	if err != nil {
+		return c, nil, err
+	}
+	c.Database = pc.Database
+	return c, drop, nil
+}
+
+// CheckURL refuses a --store that is no PostgreSQL connection string,
+// without repeating it.
+func CheckURL(url string) error {
+	_, err := pgdb.ParseURL(url)
+	return err
+}
 
 // Errors of OpenReadOnly, whatever the backend.
 var (
@@ -53,12 +105,16 @@ func (e *DamagedError) Unwrap() error { return e.err }
 // ends or it is closed. Any other failure is returned (a *DamagedError
 // for a damaged store).
 func OpenStore(ctx context.Context, c StoreConfig) (*Pending, error) {
-	return openPending(ctx, func() (Store, error) { return open(c) })
+	return openPending(ctx, func() (Store, error) { return open(ctx, c) })
 }
 
-// open opens the store read-write, once: a held bbolt file is UNAVAILABLE
-// with the guidance for it.
-func open(c StoreConfig) (Store, error) {
+// open opens the store read-write, once: a held bbolt file, or a
+// PostgreSQL server that does not answer, is UNAVAILABLE with the
+// guidance for it.
+func open(ctx context.Context, c StoreConfig) (Store, error) {
+	if c.Postgres() {
+		return openPostgres(ctx, c, false)
+	}
 	s, err := boltdb.OpenStorage(c.Data, boltstore.Domain)
 	if errors.Is(err, boltdb.ErrLocked) {
 		return nil, pipeline.Wrap(pipeline.Unavailable, err, boltdb.HeldMessage)
@@ -72,8 +128,11 @@ func open(c StoreConfig) (Store, error) {
 // waitingMessage is the log line of a daemon whose store did not open
 // yet, for the error of its last attempt.
 func waitingMessage(err error) string {
-	if errors.Is(err, boltdb.ErrLocked) {
+	switch {
+	case errors.Is(err, boltdb.ErrLocked):
 		return "store in use by another writerd process; answering tool calls UNAVAILABLE until it exits"
+	case pipeline.ErrorCode(err) == pipeline.Unavailable:
+		return "store cannot be reached; answering tool calls UNAVAILABLE until it can"
 	}
 	return "store not open yet; answering tool calls UNAVAILABLE until it opens"
 }
@@ -82,9 +141,40 @@ func waitingMessage(err error) string {
 // audit commands do: it creates and changes nothing. A store a daemon
 // holds is ErrHeld, at once; a missing one ErrNoStore.
 func OpenReadOnly(c StoreConfig) (Store, error) {
+	if c.Postgres() {
+		return openPostgres(context.Background(), c, true)
+	}
 	s, err := boltdb.OpenStorageReadOnly(c.Data, boltstore.Domain)
 	if err != nil {
 		return nil, classify(err)
+	}
+	return s, nil
+}
+
+// ErrOtherOrigin: the store's audit log was signed with another key than
+// the daemon was given.
+var ErrOtherOrigin = errors.New("the audit signing key is not the one the store's log is signed with: give every replica the same --audit-key")
+
+// openPostgres opens a PostgreSQL store and, but read-only, records the
+// log's origin, refusing a key of another.
+func openPostgres(ctx context.Context, c StoreConfig, readOnly bool) (Store, error) {
+	s, err := pgdb.Open(ctx, c.pgdb(readOnly))
+	if err != nil {
+		if readOnly && pipeline.ErrorCode(err) == pipeline.Unavailable {
+			return nil, fmt.Errorf("%s cannot be reached: %w", c.Name(), errors.Unwrap(err))
+		}
+		return nil, classify(err)
+	}
+	if c.Origin != "" && !readOnly {
+		have, err := s.ClaimOrigin(ctx, c.Origin)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		if have != c.Origin {
+			s.Close()
+			return nil, ErrOtherOrigin
+		}
 	}
 	return s, nil
 }
@@ -93,6 +183,10 @@ func OpenReadOnly(c StoreConfig) (Store, error) {
 func classify(err error) error {
 	var damaged *boltdb.DamagedError
 	switch {
+	case errors.Is(err, pgdb.ErrOldSchema):
+		return ErrOldStore
+	case errors.Is(err, pgdb.ErrNoSchema):
+		return ErrNoStore
 	case errors.Is(err, boltdb.ErrLocked):
 		return ErrHeld
 	case errors.Is(err, boltdb.ErrNoDatabase):

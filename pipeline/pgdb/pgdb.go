@@ -24,9 +24,16 @@ import (
 // password.
 var ErrBadURL = errors.New("pgdb: not a PostgreSQL connection URL or keyword/value string")
 
-// ErrSchemaNewer is returned by Open for a database whose schema a newer
-// writerd wrote.
-var ErrSchemaNewer = errors.New("pgdb: the database's schema is newer than this writerd knows; run the writerd that wrote it")
+// Errors of Open about the schema.
+var (
+	// ErrSchemaNewer: a newer writerd wrote the database's schema.
+	ErrSchemaNewer = errors.New("pgdb: the database's schema is newer than this writerd knows; run the writerd that wrote it")
+	// ErrOldSchema: read-only, the database's schema is older than this
+	// writerd's, which only a writable Open migrates.
+	ErrOldSchema = errors.New("pgdb: the database's schema is older than this writerd's")
+	// ErrNoSchema: read-only, the database holds no writerd schema.
+	ErrNoSchema = errors.New("pgdb: the database holds no writerd store")
+)
 
 // Config says which database to open and how.
 type Config struct {
@@ -35,6 +42,8 @@ type Config struct {
 	// Password, if set, is the password (a --store-password-file's),
 	// over the URL's; otherwise the URL's, PGPASSWORD's or .pgpass's.
 	Password string
+	// Database, if set, is the database, over the URL's.
+	Database string
 	// MaxConns bounds the pool (default 16).
 	MaxConns int32
 	// IdleInTransaction is how long the server lets a transaction sit
@@ -44,6 +53,9 @@ type Config struct {
 	// MaxBatch bounds the writes one transaction commits (default
 	// MaxBatch).
 	MaxBatch int
+	// ReadOnly opens the store for reading only (writerd check and audit):
+	// nothing is migrated, and every transaction is read-only.
+	ReadOnly bool
 }
 
 // ParseURL checks a connection string, and returns the name of its
@@ -67,6 +79,8 @@ type Store struct {
 	mu       sync.Mutex
 	observer func(time.Duration, int)
 	closed   bool
+	leadMu   sync.Mutex
+	signer   *pgxpool.Conn // holds the signer's lock, while this replica leads
 }
 
 var _ pipeline.Store[handlers.Store] = (*Store)(nil)
@@ -84,6 +98,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if c.Password != "" {
 		pc.ConnConfig.Password = c.Password
 	}
+	if c.Database != "" {
+		pc.ConnConfig.Database = c.Database
+	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 16
 	}
@@ -96,6 +113,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	pc.MaxConns = c.MaxConns
 	pc.ConnConfig.RuntimeParams["application_name"] = "writerd"
 	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(c.IdleInTransaction.Milliseconds(), 10)
+	if c.ReadOnly {
+		pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	}
 	// A replica cut off by the network is noticed by its keepalives, and
 	// its connections' claims released by the server's timeouts.
 	pc.ConnConfig.DialFunc = (&net.Dialer{Timeout: 10 * time.Second,
@@ -108,9 +128,14 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		pool.Close()
 		return nil, unreachable(err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if c.ReadOnly {
+		err = checkSchema(ctx, pool)
+	} else {
+		err = migrate(ctx, pool)
+	}
+	if err != nil {
 		pool.Close()
-		if errors.Is(err, ErrSchemaNewer) {
+		if errors.Is(err, ErrSchemaNewer) || errors.Is(err, ErrOldSchema) || errors.Is(err, ErrNoSchema) {
 			return nil, err
 		}
 		if pipeline.ErrorCode(err) == pipeline.Unavailable {
@@ -193,6 +218,13 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.leadMu.Lock()
+	if s.signer != nil {
+		// Closed, not returned to the pool: the lock goes with it.
+		s.signer.Hijack().Close(context.Background())
+		s.signer = nil
+	}
+	s.leadMu.Unlock()
 	s.commits.stop()
 	s.pool.Close()
 	return nil
@@ -297,6 +329,26 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// checkSchema refuses, for a reader, a database whose schema is not this
+// writerd's.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	var have int
+	err := pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM writerd_schema").Scan(&have)
+	switch {
+	case isCode(err, "42P01"): // no such table
+		return ErrNoSchema
+	case err != nil:
+		return wrapErr("read the schema's version", err)
+	case have == 0:
+		return ErrNoSchema
+	case have < SchemaVersion:
+		return ErrOldSchema
+	case have > SchemaVersion:
+		return ErrSchemaNewer
+	}
+	return nil
+}
+
 // Migrate brings the schema of the database at url up to date, as Open
 // does: for a test's template database.
 func Migrate(ctx context.Context, url string) error {
@@ -306,4 +358,74 @@ func Migrate(ctx context.Context, url string) error {
 	}
 	defer pool.Close()
 	return migrate(ctx, pool)
+}
+
+// signerKey is the advisory lock of the replica that signs checkpoints.
+const signerKey = 0x77726974_65726402 // "writerd" 2
+
+// Lead reports whether this replica is the one that signs checkpoints: it
+// holds a session-level advisory lock on a connection of its own, which
+// the server releases when that connection ends (the replica died, or
+// was cut off), so that another replica takes over at its next poll.
+func (s *Store) Lead(ctx context.Context) bool {
+	s.leadMu.Lock()
+	defer s.leadMu.Unlock()
+	if s.isClosed() {
+		return false
+	}
+	if s.signer != nil {
+		if err := s.signer.Ping(ctx); err == nil {
+			return true
+		}
+		s.signer.Release()
+		s.signer = nil
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(signerKey)).Scan(&ok); err != nil || !ok {
+		conn.Release()
+		return false
+	}
+	s.signer = conn
+	return true
+}
+
+// Scratch makes a new, empty database on the server c names, for a run of
+// its own (writerd bench): it returns the config of that database, and a
+// function that drops it.
+func Scratch(ctx context.Context, c Config) (Config, func() error, error) {
+	cc, err := pgx.ParseConfig(c.URL)
+	if err != nil {
+		return c, nil, ErrBadURL
+	}
+	if c.Password != "" {
+		cc.Password = c.Password
+	}
+	if c.Database != "" {
+		cc.Database = c.Database
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return c, nil, unreachable(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	name := fmt.Sprintf("writerd_scratch_%d", time.Now().UnixNano())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return c, nil, wrapErr("create a database", err)
+	}
+	scratch := c
+	scratch.Database = name
+	drop := func() error {
+		conn, err := pgx.ConnectConfig(context.Background(), cc)
+		if err != nil {
+			return unreachable(err)
+		}
+		defer conn.Close(context.Background())
+		_, err = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		return wrapErr("drop a database", err)
+	}
+	return scratch, drop, nil
 }
