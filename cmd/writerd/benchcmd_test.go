@@ -167,8 +167,8 @@ func TestBench_DataDir(t *testing.T) {
 	if second.Store != "given" || second.StoreBytes == 0 {
 		t.Errorf("second run: store %q of %d bytes, want the given one, not empty", second.Store, second.StoreBytes)
 	}
-	mustCheck(t, dir)
-	st := MustOpenStore(t, dir)
+	mustCheck(t, testStore{Dir: dir})
+	st := MustOpenStore(t, testStore{Dir: dir})
 	writes := int(first.Writerd.Writes + second.Writerd.Writes)
 	if p, e := st.projects(), len(st.events()); p != writes || e != writes {
 		t.Errorf("%d projects and %d events, want one each for the %d writes counted", p, e, writes)
@@ -218,7 +218,7 @@ func TestBench_Remote(t *testing.T) {
 		})
 	}
 	d.Stop()
-	st := MustOpenStore(t, d.dir)
+	st := MustOpenStore(t, d.store)
 	if p := st.projects(); p != projects {
 		t.Errorf("%d projects, want %d: one for each write counted, warm-up and setup", p, projects)
 	}

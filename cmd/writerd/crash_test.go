@@ -62,7 +62,7 @@ func TestCrash_KillWhileWriting(t *testing.T) {
 	d.Kill()
 	wg.Wait()
 
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	okEvents := map[string]*auditlog.Event{}
 	for _, e := range s.events() {
 		if e.Outcome != auditlog.OK {

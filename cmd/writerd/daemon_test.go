@@ -23,6 +23,8 @@ import (
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/pgdb"
+	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"github.com/writerd/writerd/pipeline/storetest"
 )
 
@@ -34,6 +36,7 @@ var binary, testBinary string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	pgtest.Migrate(pgdb.Migrate)
 	dir, err := os.MkdirTemp("", "writerd-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -48,7 +51,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := m.Run()
+	code := pgtest.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -57,6 +60,7 @@ func TestMain(m *testing.M) {
 type stdioDaemon struct {
 	t        testing.TB
 	dir      string
+	store    testStore
 	cmd      *exec.Cmd
 	session  *sdk.ClientSession
 	stopOnce sync.Once
@@ -65,10 +69,73 @@ type stdioDaemon struct {
 }
 
 type daemonConfig struct {
-	bin  string
-	dir  string   // data directory; a new temporary one if empty
-	env  []string // extra environment
-	args []string // extra flags
+	bin   string
+	store testStore // the store; if none, dir's
+	dir   string    // data directory; a new temporary one if empty
+	pg    string    // a PostgreSQL database to run on instead, its audit key in dir
+	env   []string  // extra environment
+	args  []string  // extra flags
+}
+
+// testStore is the store the daemons of an end-to-end test run on: the
+// embedded one in a data directory, or a PostgreSQL database of the
+// test's own, the audit key of its replicas in the directory.
+type testStore struct {
+	Dir string
+	URL string
+}
+
+// keyFile is the audit signing key: the data directory's by default.
+func (s testStore) keyFile() string { return filepath.Join(s.Dir, auditKeyFile) }
+
+// storeFlags name the store, as serve, check and the audit commands take
+// it.
+func (s testStore) storeFlags() []string {
+	if s.URL != "" {
+		return []string{"--store", s.URL}
+	}
+	return []string{"--data", s.Dir}
+}
+
+// serveFlags are storeFlags and, on PostgreSQL, the shared key.
+func (s testStore) serveFlags() []string {
+	if s.URL != "" {
+		return append(s.storeFlags(), "--audit-key", s.keyFile())
+	}
+	return s.storeFlags()
+}
+
+// auditFlags are storeFlags and, on PostgreSQL, the key to check with.
+func (s testStore) auditFlags() []string { return s.serveFlags() }
+
+func (s testStore) config() daemon.StoreConfig {
+	return daemon.StoreConfig{Data: s.Dir, URL: s.URL}
+}
+
+// storeKind makes the stores of one backend.
+type storeKind struct {
+	name string
+	make func(t testing.TB) testStore
+}
+
+var (
+	boltStores = storeKind{"bbolt", func(t testing.TB) testStore { return testStore{Dir: t.TempDir()} }}
+	pgStores   = storeKind{"postgres", func(t testing.TB) testStore {
+		return testStore{Dir: t.TempDir(), URL: pgtest.Database(t)}
+	}}
+)
+
+// eachStore runs a test on each backend: one suite, two stores. Without
+// a PostgreSQL server its run skips (fails, where one is required).
+func eachStore(t *testing.T, test func(t *testing.T, kind storeKind)) {
+	for _, kind := range []storeKind{boltStores, pgStores} {
+		t.Run(kind.name, func(t *testing.T) {
+			if kind.name == "postgres" {
+				pgtest.URL(t)
+			}
+			test(t, kind)
+		})
+	}
 }
 
 // MustStart starts the daemon on a data directory and connects the SDK's
@@ -83,11 +150,14 @@ func mustStartWith(t testing.TB, c daemonConfig) *stdioDaemon {
 	if c.bin == "" {
 		c.bin = binary
 	}
+	if c.store.Dir != "" {
+		c.dir, c.pg = c.store.Dir, c.store.URL
+	}
 	if c.dir == "" {
 		c.dir = t.TempDir()
 	}
-	d := &stdioDaemon{t: t, dir: c.dir, stderr: new(syncBuffer), wire: new(syncBuffer)}
-	d.cmd = exec.Command(c.bin, append([]string{"serve", "--stdio", "--data", c.dir}, c.args...)...)
+	d := &stdioDaemon{t: t, dir: c.dir, store: testStore{Dir: c.dir, URL: c.pg}, stderr: new(syncBuffer), wire: new(syncBuffer)}
+	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--stdio"}, d.store.serveFlags()...), c.args...)...)
 	d.cmd.Env = append(os.Environ(), c.env...)
 	d.cmd.Stderr = d.stderr
 	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-e2e", Version: "1"}, nil)
@@ -240,12 +310,12 @@ type store struct {
 
 // MustOpenStore opens the store of a daemon that no longer runs, waiting
 // a little for its process to let go of it.
-func MustOpenStore(t testing.TB, dir string) *store {
+func MustOpenStore(t testing.TB, ts testStore) *store {
 	t.Helper()
 	var s daemon.Store
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		s, err = daemon.OpenReadOnly(daemon.StoreConfig{Data: dir})
+		s, err = daemon.OpenReadOnly(ts.config())
 		if !errors.Is(err, daemon.ErrHeld) || time.Now().After(deadline) {
 			break
 		}
@@ -327,7 +397,7 @@ func (s *store) record(principal, key string) *idempotency.Record {
 // does: the backend's checks, the pipeline's invariants and the tools'.
 func (d *stdioDaemon) mustBeConsistent() {
 	d.t.Helper()
-	_, _, problems, err := handlers.CheckStore(context.Background(), MustOpenStore(d.t, d.dir).s, time.Now())
+	_, _, problems, err := handlers.CheckStore(context.Background(), MustOpenStore(d.t, d.store).s, time.Now())
 	if err != nil {
 		d.t.Error(err)
 	}

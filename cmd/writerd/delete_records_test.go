@@ -74,7 +74,7 @@ func TestDeleteRecords_ThroughTheBinary(t *testing.T) {
 	}
 
 	d.Stop()
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	if n := s.records(); n != 3 {
 		t.Fatalf("records = %d, want the 3 locked ones", n)
 	}
@@ -110,7 +110,7 @@ func TestDeleteRecords_SelectionRefusedOverMCP(t *testing.T) {
 		}
 	}
 	d.Stop()
-	if n := len(MustOpenStore(t, d.dir).events()); n != 1 {
+	if n := len(MustOpenStore(t, d.store).events()); n != 1 {
 		t.Fatalf("audit events = %d, want only the project's", n)
 	}
 }

@@ -134,7 +134,7 @@ func TestCreateProject_ReplaySameKey(t *testing.T) {
 		t.Fatal("text blocks differ")
 	}
 	d.Stop()
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	if n := s.projects(); n != 1 {
 		t.Fatalf("projects = %d, want 1", n)
 	}
@@ -157,7 +157,7 @@ func TestCreateProject_ChangedRetry(t *testing.T) {
 		t.Fatalf("projects after the reused key: %v", list)
 	}
 	d.Stop()
-	if n := len(MustOpenStore(t, d.dir).events()); n != 1 {
+	if n := len(MustOpenStore(t, d.store).events()); n != 1 {
 		t.Fatalf("audit events = %d, want 1", n)
 	}
 }
@@ -184,7 +184,7 @@ func TestUpdateProject_RefusalAuditedOnce(t *testing.T) {
 		t.Fatalf("the refused update changed the project: %v", got)
 	}
 	d.Stop()
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	evs := s.eventsFor("k-00000002")
 	if len(evs) != 1 {
 		t.Fatalf("audit events for the key = %d, want 1", len(evs))
@@ -239,7 +239,7 @@ func TestRejections(t *testing.T) {
 	if strings.Contains(d.stderr.String(), marker) {
 		t.Fatal("the log holds an argument value")
 	}
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	if p, r, e, k := s.projects(), s.records(), len(s.events()), s.keys(); p+r+e+k != 0 {
 		t.Fatalf("rejected calls left projects %d records %d events %d keys %d", p, r, e, k)
 	}
@@ -268,7 +268,7 @@ func TestInternalErrors(t *testing.T) {
 	if !strings.Contains(d.stderr.String(), "secret-panic-marker") {
 		t.Error("the panic's cause is missing from the log")
 	}
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	for _, key := range []string{"k-00000000", "k-00000001"} {
 		if evs := s.eventsFor(key); len(evs) != 1 || evs[0].Code != "INTERNAL" || evs[0].Status != 500 {
 			t.Fatalf("events for %s: %+v", key, evs)
@@ -290,7 +290,7 @@ func TestInternalErrors_FailureAuditLost(t *testing.T) {
 		t.Fatal("an audit id for an event that was not saved")
 	}
 	d.Stop()
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	if evs := s.eventsFor("k-00000002"); len(evs) != 0 || s.record("local", "k-00000002") != nil {
 		t.Fatalf("the lost failure left events %+v", evs)
 	}
@@ -314,7 +314,7 @@ func TestCreateProject_ConcurrentSameKey(t *testing.T) {
 		t.Fatal("want exactly one of the two answers to be a replay")
 	}
 	d.Stop()
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	if s.projects() != 1 || len(s.events()) != 1 {
 		t.Fatalf("projects %d events %d, want 1 and 1", s.projects(), len(s.events()))
 	}
@@ -354,7 +354,7 @@ func TestServe_Principal(t *testing.T) {
 	d := mustStartWith(t, daemonConfig{args: []string{"--principal", "ci-agent"}})
 	mustSucceed(t, d.Call("create_project", `{"idempotency_key":"k-00000001","name":"alpha"}`))
 	d.Stop()
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	if evs := s.events(); len(evs) != 1 || evs[0].Principal != "ci-agent" || evs[0].Transport != "stdio" {
 		t.Fatalf("events %+v", evs)
 	}

@@ -132,7 +132,7 @@ func (s *rawSession) stop() {
 // record, idempotency record or audit event.
 func (s *rawSession) MustHaveWrittenNothing() {
 	s.t.Helper()
-	st := MustOpenStore(s.t, s.dir)
+	st := MustOpenStore(s.t, testStore{Dir: s.dir})
 	if p, r, k, e := st.projects(), st.records(), st.keys(), len(st.events()); p+r+k+e != 0 {
 		s.t.Fatalf("projects %d records %d keys %d events %d, want none", p, r, k, e)
 	}

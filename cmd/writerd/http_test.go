@@ -27,6 +27,7 @@ import (
 type httpDaemon struct {
 	t      testing.TB
 	dir    string
+	store  testStore
 	tokens string // the tokens file
 	cmd    *exec.Cmd
 	url    string
@@ -37,9 +38,11 @@ type httpDaemon struct {
 
 type httpConfig struct {
 	bin    string
-	dir    string   // data directory; a new one if empty
-	tokens string   // tokens file; a new empty one if empty
-	args   []string // extra flags
+	store  testStore // the store; if none, dir's
+	dir    string    // data directory; a new one if empty
+	pg     string    // a PostgreSQL database to run on instead, its audit key in dir
+	tokens string    // tokens file; a new empty one if empty
+	args   []string  // extra flags
 }
 
 // MustStartHTTP starts the daemon on 127.0.0.1:0 and waits until /healthz
@@ -49,6 +52,9 @@ func MustStartHTTP(t testing.TB, c httpConfig) *httpDaemon {
 	if c.bin == "" {
 		c.bin = binary
 	}
+	if c.store.Dir != "" {
+		c.dir, c.pg = c.store.Dir, c.store.URL
+	}
 	if c.dir == "" {
 		c.dir = t.TempDir()
 	}
@@ -56,8 +62,8 @@ func MustStartHTTP(t testing.TB, c httpConfig) *httpDaemon {
 		c.tokens = filepath.Join(t.TempDir(), "tokens.json")
 		mustToken(t, c.tokens, "bootstrap", pipeline.ScopeRead)
 	}
-	d := &httpDaemon{t: t, dir: c.dir, tokens: c.tokens, stderr: new(syncBuffer)}
-	d.cmd = exec.Command(c.bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--tokens", c.tokens, "--data", c.dir}, c.args...)...)
+	d := &httpDaemon{t: t, dir: c.dir, store: testStore{Dir: c.dir, URL: c.pg}, tokens: c.tokens, stderr: new(syncBuffer)}
+	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--addr", "127.0.0.1:0", "--tokens", c.tokens}, d.store.serveFlags()...), c.args...)...)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +92,7 @@ func MustStartHTTP(t testing.TB, c httpConfig) *httpDaemon {
 	t.Cleanup(func() {
 		d.Stop()
 		if !t.Failed() {
-			mustCheck(t, d.dir)
+			mustCheck(t, d.store)
 		}
 	})
 	return d
@@ -120,10 +126,10 @@ func mustToken(t testing.TB, file, name string, scopes pipeline.Scope) string {
 	return token
 }
 
-// mustCheck runs writerd check on a stopped daemon's data directory.
-func mustCheck(t testing.TB, dir string) {
+// mustCheck runs writerd check on a stopped daemon's store.
+func mustCheck(t testing.TB, s testStore) {
 	t.Helper()
-	if r := mustRun(t, "check", "--data", dir); r.code != 0 {
+	if r := mustRun(t, append([]string{"check"}, s.storeFlags()...)...); r.code != 0 {
 		t.Errorf("writerd check: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
@@ -200,10 +206,14 @@ func (r reply) errorCode() string {
 // principal, is one project and one audit event: the second and third
 // calls are replays.
 func TestHTTP_OneWriteOverThreeTransports(t *testing.T) {
-	dir := t.TempDir()
+	eachStore(t, testHTTP_OneWriteOverThreeTransports)
+}
+
+func testHTTP_OneWriteOverThreeTransports(t *testing.T, kind storeKind) {
+	ts := kind.make(t)
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	token := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
-	d := MustStartHTTP(t, httpConfig{dir: dir, tokens: tokens})
+	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens})
 
 	res, err := d.MCP(token).CallTool(context.Background(), &sdk.CallToolParams{Name: "create_project",
 		Arguments: json.RawMessage(`{"idempotency_key":"k-00000001","name":"alpha"}`)})
@@ -219,14 +229,14 @@ func TestHTTP_OneWriteOverThreeTransports(t *testing.T) {
 		t.Fatalf("the daemon exited %d", code)
 	}
 
-	s := mustStartWith(t, daemonConfig{dir: dir, args: []string{"--principal", "agent"}})
+	s := mustStartWith(t, daemonConfig{store: ts, args: []string{"--principal", "agent"}})
 	again := s.Call("create_project", `{"idempotency_key":"k-00000001","name":"alpha"}`)
 	third := mustSucceed(t, again)
 	if again.Meta["writerd/replayed"] != true || fmt.Sprint(third) != fmt.Sprint(first) {
 		t.Fatalf("over stdio: %v, want the replay of %v", again.Meta, first)
 	}
 	s.Stop()
-	st := MustOpenStore(t, dir)
+	st := MustOpenStore(t, ts)
 	if n, evs := st.projects(), st.events(); n != 1 || len(evs) != 1 || evs[0].Transport != pipeline.TransportHTTP || evs[0].Principal != "agent" {
 		t.Fatalf("projects %d, events %+v; want one write by agent over http", n, evs)
 	}
@@ -237,10 +247,13 @@ func TestHTTP_OneWriteOverThreeTransports(t *testing.T) {
 // Idempotent-Replayed, 422 for the key with another body, 409 or the
 // replay for concurrent calls; a malformed body, a duplicate member and an
 // oversized body answer the envelope; nothing but the one write is made.
-func TestHTTP_IdempotencyKeyDraft(t *testing.T) {
+func TestHTTP_IdempotencyKeyDraft(t *testing.T) { eachStore(t, testHTTP_IdempotencyKeyDraft) }
+
+func testHTTP_IdempotencyKeyDraft(t *testing.T, kind storeKind) {
+	ts := kind.make(t)
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	token := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
-	d := MustStartHTTP(t, httpConfig{tokens: tokens, args: []string{"--max-body", "2048"}})
+	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens, args: []string{"--max-body", "2048"}})
 
 	if r := d.API(token, "create_project", "", `{"name":"alpha"}`); r.status != 400 || !strings.Contains(r.body, "Idempotency-Key header") {
 		t.Fatalf("no key: %d %s", r.status, r.body)
@@ -287,7 +300,7 @@ func TestHTTP_IdempotencyKeyDraft(t *testing.T) {
 		}
 	}
 	d.Stop()
-	st := MustOpenStore(t, d.dir)
+	st := MustOpenStore(t, d.store)
 	if st.projects() != 1 || len(st.events()) != 1 || st.keys() != 1 {
 		t.Fatalf("projects %d events %d keys %d, want one write", st.projects(), len(st.events()), st.keys())
 	}
@@ -297,13 +310,16 @@ func TestHTTP_IdempotencyKeyDraft(t *testing.T) {
 // one revoked and reloaded with SIGHUP answer 401 with WWW-Authenticate and
 // write nothing; a read token calling a write tool is PERMISSION_DENIED;
 // two principals' identical keys never meet.
-func TestHTTP_Tokens(t *testing.T) {
+func TestHTTP_Tokens(t *testing.T) { eachStore(t, testHTTP_Tokens) }
+
+func testHTTP_Tokens(t *testing.T, kind storeKind) {
+	ts := kind.make(t)
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	writer := mustToken(t, tokens, "writer", pipeline.ScopeRead|pipeline.ScopeWrite)
 	other := mustToken(t, tokens, "other", pipeline.ScopeRead|pipeline.ScopeWrite)
 	reader := mustToken(t, tokens, "reader", pipeline.ScopeRead)
 	revoked := mustToken(t, tokens, "revoked", pipeline.ScopeRead|pipeline.ScopeWrite)
-	d := MustStartHTTP(t, httpConfig{tokens: tokens})
+	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens})
 
 	unauthorized := func(name string, r reply) {
 		t.Helper()
@@ -340,7 +356,7 @@ func TestHTTP_Tokens(t *testing.T) {
 		t.Error("the log holds a token")
 	}
 	d.Stop()
-	st := MustOpenStore(t, d.dir)
+	st := MustOpenStore(t, d.store)
 	if n := st.projects(); n != 3 {
 		t.Fatalf("projects %d, want the 3 authorized writes", n)
 	}
@@ -354,11 +370,14 @@ func TestHTTP_Tokens(t *testing.T) {
 // by the edge, with its own sentence and not the pipeline's, over the
 // direct API and over MCP, and writes nothing; the same call exactly at
 // the cap is taken.
-func TestHTTP_BodyCap(t *testing.T) {
+func TestHTTP_BodyCap(t *testing.T) { eachStore(t, testHTTP_BodyCap) }
+
+func testHTTP_BodyCap(t *testing.T, kind storeKind) {
+	ts := kind.make(t)
 	const maxBody = 4096
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	token := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
-	d := MustStartHTTP(t, httpConfig{tokens: tokens, args: []string{"--max-body", strconv.Itoa(maxBody)}})
+	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens, args: []string{"--max-body", strconv.Itoa(maxBody)}})
 	padded := func(body string, size int) string { return body + strings.Repeat(" ", size-len(body)) }
 
 	over := d.API(token, "create_project", "key-over-0001", padded(`{"name":"over"}`, maxBody+1))
@@ -376,7 +395,7 @@ func TestHTTP_BodyCap(t *testing.T) {
 		t.Fatalf("exactly at the cap: %d %s, want 201", at.status, at.body)
 	}
 	d.Stop()
-	s := MustOpenStore(t, d.dir)
+	s := MustOpenStore(t, d.store)
 	if n := s.projects(); n != 1 {
 		t.Fatalf("%d projects, want the one at the cap", n)
 	}
@@ -388,10 +407,13 @@ func TestHTTP_BodyCap(t *testing.T) {
 }
 
 // bodies get JSON-RPC errors, and that the server goes on answering.
-func TestHTTP_EdgeAndHostileFrames(t *testing.T) {
+func TestHTTP_EdgeAndHostileFrames(t *testing.T) { eachStore(t, testHTTP_EdgeAndHostileFrames) }
+
+func testHTTP_EdgeAndHostileFrames(t *testing.T, kind storeKind) {
+	ts := kind.make(t)
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	token := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
-	d := MustStartHTTP(t, httpConfig{tokens: tokens, args: []string{"--max-body", "4096"}})
+	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens, args: []string{"--max-body", "4096"}})
 	authz := []string{"Authorization", "Bearer " + token}
 
 	r := d.Do("POST", "/v1/tools/create_project", `{"name":"a"}`, append(authz, "Idempotency-Key", "k-00000001", "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example")...)
@@ -433,7 +455,7 @@ func TestHTTP_EdgeAndHostileFrames(t *testing.T) {
 	if strings.Contains(d.stderr.String(), marker) {
 		t.Error("the log holds a value a frame carried")
 	}
-	if MustOpenStore(t, d.dir).projects() != 0 {
+	if MustOpenStore(t, d.store).projects() != 0 {
 		t.Error("a refused request wrote")
 	}
 }
@@ -441,9 +463,14 @@ func TestHTTP_EdgeAndHostileFrames(t *testing.T) {
 // Ensure /metrics counts each outcome of a scripted run exactly once under
 // its tool: ok, replayed, rejected, refused, conflict and error.
 func TestHTTP_MetricsCountEachOutcomeOnce(t *testing.T) {
+	eachStore(t, testHTTP_MetricsCountEachOutcomeOnce)
+}
+
+func testHTTP_MetricsCountEachOutcomeOnce(t *testing.T, kind storeKind) {
+	ts := kind.make(t)
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	token := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
-	d := MustStartHTTP(t, httpConfig{bin: testBinary, tokens: tokens})
+	d := MustStartHTTP(t, httpConfig{store: ts, bin: testBinary, tokens: tokens})
 	d.API(token, "create_project", "k-00000001", `{"name":"alpha"}`)       // ok
 	d.API(token, "create_project", "k-00000001", `{"name":"alpha"}`)       // replayed
 	d.API(token, "create_project", "k-00000002", `{"name":"alpha","x":1}`) // rejected
@@ -477,9 +504,14 @@ func TestHTTP_MetricsCountEachOutcomeOnce(t *testing.T) {
 // client sent, when well formed), and that a transport error is one
 // warning line with no request body or argument in it.
 func TestHTTP_LogLinesCarryTheRequestID(t *testing.T) {
+	eachStore(t, testHTTP_LogLinesCarryTheRequestID)
+}
+
+func testHTTP_LogLinesCarryTheRequestID(t *testing.T, kind storeKind) {
+	ts := kind.make(t)
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	token := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
-	d := MustStartHTTP(t, httpConfig{tokens: tokens})
+	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens})
 	r := d.Do("POST", "/v1/tools/create_project", `{"name":"`+marker+`"}`, "Authorization", "Bearer "+token,
 		"Idempotency-Key", "k-00000001", "X-Request-Id", "trace-0001")
 	if r.header.Get("X-Request-Id") != "trace-0001" {
@@ -514,10 +546,13 @@ func TestHTTP_LogLinesCarryTheRequestID(t *testing.T) {
 // write is committed with its audit event, the daemon exits 0, and the
 // store needs no recovery (writerd check passes, a restart warns of
 // nothing).
-func TestHTTP_GracefulShutdown(t *testing.T) {
+func TestHTTP_GracefulShutdown(t *testing.T) { eachStore(t, testHTTP_GracefulShutdown) }
+
+func testHTTP_GracefulShutdown(t *testing.T, kind storeKind) {
+	ts := kind.make(t)
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	token := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
-	d := MustStartHTTP(t, httpConfig{tokens: tokens})
+	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens})
 	var (
 		mu    sync.Mutex
 		acked = map[string]string{} // key → audit id
@@ -564,7 +599,7 @@ func TestHTTP_GracefulShutdown(t *testing.T) {
 		t.Fatalf("exit %d after SIGTERM\n%s", code, d.stderr)
 	}
 	wg.Wait()
-	st := MustOpenStore(t, d.dir)
+	st := MustOpenStore(t, d.store)
 	events := map[string]string{}
 	for _, e := range st.events() {
 		events[e.IdempotencyKey] = e.ID
@@ -579,7 +614,7 @@ func TestHTTP_GracefulShutdown(t *testing.T) {
 	}
 	t.Logf("%d writes acknowledged, %d committed before the shutdown", len(acked), len(events))
 	st.s.Close()
-	again := MustStartHTTP(t, httpConfig{dir: d.dir, tokens: tokens})
+	again := MustStartHTTP(t, httpConfig{store: d.store, tokens: tokens})
 	again.Stop()
 	if strings.Contains(again.stderr.String(), "damaged") {
 		t.Errorf("the restart found damage:\n%s", again.stderr)

@@ -279,7 +279,7 @@ func TestServe_HeldStore(t *testing.T) {
 	if n := strings.Count(log, `"msg":"store opened"`); n != 1 {
 		t.Errorf("the opening is logged %d times, want once:\n%s", n, log)
 	}
-	s := MustOpenStore(t, first.dir)
+	s := MustOpenStore(t, first.store)
 	if n := s.projects(); n != 2 {
 		t.Fatalf("projects = %d, want 2", n)
 	}
