@@ -57,7 +57,7 @@ func (l *localSource) open() error {
 	case errors.Is(err, daemon.ErrHeld):
 		return errHeld
 	case errors.Is(err, daemon.ErrNoStore):
-		return errors.New("there is no audit log to read: " + l.store.Name() + " does not exist (nothing was created); --data names a writerd data directory")
+		return errors.New("there is no audit log to read: " + l.store.Absent())
 	case errors.Is(err, daemon.ErrOldStore):
 		return errors.New(l.store.Name() + " holds no audit log with a tree: it was written by a writerd before the tree; start writerd serve on it once to add it")
 	case errors.As(err, &damaged):

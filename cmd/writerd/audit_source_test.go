@@ -11,25 +11,42 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 )
 
 // Ensure every audit command prints the same against a running daemon
-// (--server, while every event is signed) and against its data directory
-// once it stopped (--data); that while it runs, the data directory is
-// refused within a second with a sentence naming --server; and that a
-// directory with no database is an error that creates nothing.
-func TestAudit_SameFromDaemonAndDataDirectory(t *testing.T) {
-	dir := t.TempDir()
+// (--server, while every event is signed) and against its store once it
+// stopped (--data or --store); that while it runs, a data directory is
+// refused within a second with a sentence naming --server (a PostgreSQL
+// database is not: replicas share it); and that a store with no log is an
+// error that creates nothing.
+func TestAudit_SameFromDaemonAndStore(t *testing.T) { eachStore(t, testAuditSameFromDaemonAndStore) }
+
+// localFlags are the flags that read s for an audit command: with the
+// key file where the command checks checkpoints or prints the key.
+func localFlags(s testStore, command string) []string {
+	switch command {
+	case "list", "tail", "checkpoint":
+		return s.storeFlags()
+	}
+	return s.auditFlags()
+}
+
+func testAuditSameFromDaemonAndStore(t *testing.T, kind storeKind) {
+	s := kind.make(t)
 	tok := mustAuditTokens(t)
-	d := MustStartHTTP(t, httpConfig{dir: dir, tokens: tok.file, args: []string{"--checkpoint-every", "1"}})
+	d := MustStartHTTP(t, httpConfig{store: s, tokens: tok.file, args: []string{"--checkpoint-every", "1"}})
 	mustWriteScript(t, d, tok.agent, "same")
 	mustWaitCheckpoint(t, d, tok.auditor, auditScriptEvents)
 	env := []string{"WRITERD_TOKEN=" + tok.auditor}
 
 	// The held store, for every command.
 	for _, args := range [][]string{{"list"}, {"show", "1"}, {"verify"}, {"checkpoint"}, {"export"}, {"tail"}, {"key"}} {
+		if s.URL != "" {
+			break
+		}
 		start := time.Now()
-		r := mustAudit(t, nil, append(args, "--data", dir)...)
+		r := mustAudit(t, nil, append(args, "--data", s.Dir)...)
 		if took := time.Since(start); took > time.Second {
 			t.Errorf("%s on a held store took %v", args[0], took)
 		}
@@ -72,7 +89,7 @@ func TestAudit_SameFromDaemonAndDataDirectory(t *testing.T) {
 		t.Fatalf("the daemon exited %d", code)
 	}
 	for i, args := range commands {
-		local := mustAudit(t, nil, append(args, "--data", dir)...)
+		local := mustAudit(t, nil, append(args, localFlags(s, args[0])...)...)
 		if local.code != 0 || remote[i].code != 0 {
 			t.Errorf("%v: exit %d with --data, %d with --server\n%s%s", args, local.code, remote[i].code, local.stderr, remote[i].stderr)
 		}
@@ -98,7 +115,21 @@ func TestAudit_SameFromDaemonAndDataDirectory(t *testing.T) {
 		}
 	}
 
-	// A directory with no database, or none at all: an error, nothing made.
+	// A directory with no database, or none at all, or a database with
+	// no schema: an error, nothing made.
+	if s.URL != "" {
+		empty := testStore{Dir: t.TempDir(), URL: pgtest.Empty(t)}
+		for _, args := range [][]string{{"list"}, {"show", "1"}, {"verify"}, {"checkpoint"}, {"export"}, {"tail", "--follow"}} {
+			r := mustAudit(t, nil, append(args, localFlags(empty, args[0])...)...)
+			if r.code != 1 || !strings.Contains(r.stderr, "holds no writerd schema (nothing was created); writerd serve --store creates it\n") {
+				t.Errorf("%s on an empty database: exit %d\n%s", args[0], r.code, r.stderr)
+			}
+		}
+		if tables := pgtest.Tables(t, empty.URL); len(tables) != 0 {
+			t.Errorf("the empty database holds %v", tables)
+		}
+		return
+	}
 	empty, none := t.TempDir(), filepath.Join(t.TempDir(), "missing", "deeper")
 	for _, missing := range []string{none, empty} {
 		for _, args := range [][]string{{"list"}, {"show", "1"}, {"verify"}, {"checkpoint"}, {"export"}, {"tail", "--follow"}, {"key"}} {
@@ -184,13 +215,16 @@ func (tl *tailing) mustInterrupt(t testing.TB) {
 }
 
 // Ensure tail prints the newest events, and with --follow each new one, from
-// a running daemon; and from a data directory, the events of daemons that
-// ran on it meanwhile, which it lets start, saying once that one holds it;
-// SIGINT ends it with exit 0.
-func TestAuditTail_Follow(t *testing.T) {
+// a running daemon; and from a store, the events of daemons that ran on it
+// meanwhile; a data directory it lets a daemon open, saying once that one
+// holds it; SIGINT ends it with exit 0.
+func TestAuditTail_Follow(t *testing.T) { eachStore(t, testAuditTailFollow) }
+
+func testAuditTailFollow(t *testing.T, kind storeKind) {
+	s := kind.make(t)
 	tok := mustAuditTokens(t)
 	env := []string{"WRITERD_TOKEN=" + tok.auditor}
-	d := MustStartHTTP(t, httpConfig{tokens: tok.file})
+	d := MustStartHTTP(t, httpConfig{store: s, tokens: tok.file})
 	mustWriteScript(t, d, tok.agent, "one")
 
 	r := mustAudit(t, env, "tail", "--server", d.url, "-n", "3")
@@ -206,24 +240,31 @@ func TestAuditTail_Follow(t *testing.T) {
 	remote.mustInterrupt(t)
 	d.Stop()
 
-	local := mustStartTail(t, nil, "--data", d.dir, "-n", "2")
+	const held = "held by a running writerd"
+	local := mustStartTail(t, nil, append(s.storeFlags(), "-n", "2")...)
 	local.mustSee(t, "SEQ ", "two-update-3", "two-delete-3")
-	again := MustStartHTTP(t, httpConfig{dir: d.dir, tokens: tok.file})
+	again := MustStartHTTP(t, httpConfig{store: s, tokens: tok.file})
 	for deadline := time.Now().Add(10 * time.Second); again.Do("GET", "/readyz", "").status != 200; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the daemon did not open its store while tail followed it")
 		}
 	}
 	mustWriteScript(t, again, tok.agent, "three")
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(local.stderr.String(), "held by a running writerd"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("tail did not say the store is held:\n%s", local.stderr)
+	if s.URL == "" {
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(local.stderr.String(), held); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("tail did not say the store is held:\n%s", local.stderr)
+			}
 		}
 	}
 	again.Stop()
 	local.mustSee(t, "three-create-1", "three-delete-3")
 	local.mustInterrupt(t)
-	if n := strings.Count(local.stderr.String(), "held by a running writerd"); n != 1 {
-		t.Errorf("tail said %d times that the store is held:\n%s", n, local.stderr)
+	want := 1
+	if s.URL != "" {
+		want = 0 // replicas share a database; nothing holds it
+	}
+	if n := strings.Count(local.stderr.String(), held); n != want {
+		t.Errorf("tail said %d times that the store is held, want %d:\n%s", n, want, local.stderr)
 	}
 }

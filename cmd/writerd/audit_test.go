@@ -16,6 +16,7 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 )
 
 // auditTokens are the tokens of a daemon that audit tests run: one that
@@ -85,20 +86,17 @@ func mustWriteScript(t testing.TB, d *httpDaemon, token, prefix string) {
 	w("delete_project", "delete-3", `{"project_id":"`+p1+`","confirm":true}`, "PROJECT_NOT_EMPTY")
 }
 
-// mustAuditLog runs a daemon on dir (a new one if empty) through the
-// script, stops it (which signs the last checkpoint) and returns dir.
-func mustAuditLog(t testing.TB, dir, prefix string, args ...string) string {
+// mustAuditLog runs a daemon on s through the script, stops it (which
+// signs the last checkpoint) and returns s.
+func mustAuditLog(t testing.TB, s testStore, prefix string, args ...string) testStore {
 	t.Helper()
-	if dir == "" {
-		dir = t.TempDir()
-	}
 	tok := mustAuditTokens(t)
-	d := MustStartHTTP(t, httpConfig{dir: dir, tokens: tok.file, args: args})
+	d := MustStartHTTP(t, httpConfig{store: s, tokens: tok.file, args: args})
 	mustWriteScript(t, d, tok.agent, prefix)
 	if code := d.Stop(); code != 0 {
 		t.Fatalf("the daemon exited %d:\n%s", code, d.stderr)
 	}
-	return dir
+	return s
 }
 
 // mustWaitCheckpoint waits until the daemon's latest checkpoint signs size
@@ -133,22 +131,26 @@ type seeded struct {
 	targets                           []auditlog.Target
 }
 
-// mustSeedLog writes events into a new data directory in process, with
-// the times given as ages before now, and signs checkpoints of the sizes
-// given with a key in the directory's key file, as serve would. Their
-// targets are of kinds no built-in tool has, so that writerd check passes.
-func mustSeedLog(t testing.TB, now time.Time, events []seeded, checkpointsAt ...uint64) string {
+// mustSeedLog writes events into a new store of kind in process, with the
+// times given as ages before now, and signs checkpoints of the sizes given
+// with a key in the store's key file, as serve would. Their targets are of
+// kinds no built-in tool has, so that writerd check passes.
+func mustSeedLog(t testing.TB, kind storeKind, now time.Time, events []seeded, checkpointsAt ...uint64) testStore {
 	t.Helper()
-	dir := t.TempDir()
-	s, err := daemon.OpenStore(t.Context(), daemon.StoreConfig{Data: dir})
+	ts := kind.make(t)
+	key, err := auditlog.LoadKey(ts.keyFile(), "writerd/seeded-test", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ts.config()
+	if ts.URL != "" {
+		cfg.Origin = key.Signer.Name()
+	}
+	s, err := daemon.OpenStore(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	key, err := auditlog.LoadKey(filepath.Join(dir, auditKeyFile), "writerd/seeded-test", true)
-	if err != nil {
-		t.Fatal(err)
-	}
 	err = s.Update(t.Context(), func(tx pipeline.Tx[handlers.Store]) error {
 		log := tx.Audit()
 		for i, s := range events {
@@ -182,7 +184,29 @@ func mustSeedLog(t testing.TB, now time.Time, events []seeded, checkpointsAt ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dir
+	return ts
+}
+
+// mustShare returns a store for a daemon to serve beside a command that
+// opens s: a copy of a data directory, which one process holds at a
+// time, or the same PostgreSQL database, which replicas share.
+func mustShare(t testing.TB, s testStore) testStore {
+	t.Helper()
+	if s.URL != "" {
+		return s
+	}
+	return mustCopyStore(t, s)
+}
+
+// mustCopyStore copies the store of a stopped daemon, its key file with
+// it: the data directory, or the database and the directory of its key.
+func mustCopyStore(t testing.TB, s testStore) testStore {
+	t.Helper()
+	c := testStore{Dir: mustCopyDir(t, s.Dir)}
+	if s.URL != "" {
+		c.URL = pgtest.Copy(t, s.URL)
+	}
+	return c
 }
 
 // mustCopyDir copies a data directory of a stopped daemon (its files, not
@@ -321,9 +345,11 @@ func TestAudit_HelpAndUsageErrors(t *testing.T) {
 // from the daemon serving it alike; a variable meant for another command
 // (WRITERD_PRINCIPAL is serve's) filters nothing, and one that is no
 // audit flag's value (WRITERD_SINCE=last week) stops nothing.
-func TestAuditList_Filters(t *testing.T) {
+func TestAuditList_Filters(t *testing.T) { eachStore(t, testAuditListFilters) }
+
+func testAuditListFilters(t *testing.T, kind storeKind) {
 	now := time.Now()
-	dir := mustSeedLog(t, now, []seeded{
+	seeded := mustSeedLog(t, kind, now, []seeded{
 		{240 * time.Hour, "create_widget", "alice", "ok", "", "k-alice-0001", []auditlog.Target{widget("W1", 1)}},
 		{216 * time.Hour, "create_widget", "bob", "ok", "", "k-bob-00001", []auditlog.Target{widget("W2", 1)}},
 		{192 * time.Hour, "update_widget", "alice", "failed", "REVISION_CONFLICT", "k-alice-0002", []auditlog.Target{widget("W1", 1)}},
@@ -338,8 +364,8 @@ func TestAuditList_Filters(t *testing.T) {
 		{10 * time.Minute, "create_gadget", "bob", "ok", "", "k-bob-00004", []auditlog.Target{gadget("G2", 1)}},
 	}, 8, 12)
 	tok := mustAuditTokens(t)
-	d := MustStartHTTP(t, httpConfig{dir: mustCopyDir(t, dir), tokens: tok.file})
-	sources := map[string][]string{"data": {"--data", dir}, "server": {"--server", d.url}}
+	d := MustStartHTTP(t, httpConfig{store: mustShare(t, seeded), tokens: tok.file})
+	sources := map[string][]string{"data": seeded.storeFlags(), "server": {"--server", d.url}}
 	env := []string{"WRITERD_TOKEN=" + tok.auditor}
 
 	tests := []struct {
@@ -401,7 +427,9 @@ func TestAuditList_Filters(t *testing.T) {
 // the command list prints on stderr for the next page is one to run, the
 // ages in it written as the times they meant, and the last page prints
 // none; -o json carries the same cursor.
-func TestAuditList_Cursor(t *testing.T) {
+func TestAuditList_Cursor(t *testing.T) { eachStore(t, testAuditListCursor) }
+
+func testAuditListCursor(t *testing.T, kind storeKind) {
 	now := time.Now()
 	var events []seeded
 	for i := range 23 {
@@ -411,9 +439,9 @@ func TestAuditList_Cursor(t *testing.T) {
 		}
 		events = append(events, s)
 	}
-	dir := mustSeedLog(t, now, events, 23)
+	seeded := mustSeedLog(t, kind, now, events, 23)
 	tok := mustAuditTokens(t)
-	d := MustStartHTTP(t, httpConfig{dir: mustCopyDir(t, dir), tokens: tok.file})
+	d := MustStartHTTP(t, httpConfig{store: mustShare(t, seeded), tokens: tok.file})
 	env := []string{"WRITERD_TOKEN=" + tok.auditor}
 
 	for _, tt := range []struct {
@@ -427,7 +455,7 @@ func TestAuditList_Cursor(t *testing.T) {
 		{"a filter and an age, pages of 3", []string{"--principal", "alice", "--since", "20h", "--outcome", "ok"}, 3, 4},
 		{"one page", []string{"--principal", "alice"}, 50, 12},
 	} {
-		for _, source := range [][]string{{"--data", dir}, {"--server", d.url}} {
+		for _, source := range [][]string{seeded.storeFlags(), {"--server", d.url}} {
 			t.Run(tt.name+" "+source[0], func(t *testing.T) {
 				args := append(append(append([]string{"audit", "list"}, source...), tt.filter...), "--limit", strconv.Itoa(tt.limit))
 				all := mustAudit(t, env, append(append([]string{"list"}, source...), append(tt.filter, "--limit", "1000", "-o", "jsonl")...)...)
@@ -478,7 +506,7 @@ func TestAuditList_Cursor(t *testing.T) {
 	}
 
 	// -o json names the same cursor.
-	r := mustAudit(t, nil, "list", "--data", dir, "--limit", "5", "-o", "json")
+	r := mustAudit(t, nil, append([]string{"list", "--limit", "5", "-o", "json"}, seeded.storeFlags()...)...)
 	var page struct {
 		Events []auditlog.Event `json:"events"`
 		Next   string           `json:"next"`
@@ -486,7 +514,7 @@ func TestAuditList_Cursor(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &page); err != nil || len(page.Events) != 5 || page.Next != "5" || r.stderr != "" {
 		t.Fatalf("-o json: %v %+v, stderr %q", err, page, r.stderr)
 	}
-	r = mustAudit(t, nil, "list", "--data", dir, "--after", "20", "-o", "json")
+	r = mustAudit(t, nil, append([]string{"list", "--after", "20", "-o", "json"}, seeded.storeFlags()...)...)
 	if err := json.Unmarshal([]byte(r.stdout), &page); err != nil || len(page.Events) != 3 || strings.Contains(r.stdout, `"next"`) {
 		t.Fatalf("-o json, last page: %v %s", err, r.stdout)
 	}
@@ -526,7 +554,9 @@ func shellWords(t testing.TB, s string) []string {
 // Ensure show says whether the signed tree holds an event: included,
 // after the latest checkpoint, or no checkpoint yet; and verify names the
 // events no signature covers yet.
-func TestAuditShow_Inclusion(t *testing.T) {
+func TestAuditShow_Inclusion(t *testing.T) { eachStore(t, testAuditShowInclusion) }
+
+func testAuditShowInclusion(t *testing.T, kind storeKind) {
 	now := time.Now()
 	events := []seeded{
 		{5 * time.Hour, "create_widget", "alice", "ok", "", "k-00000001", []auditlog.Target{widget("W1", 1)}},
@@ -535,10 +565,11 @@ func TestAuditShow_Inclusion(t *testing.T) {
 		{2 * time.Hour, "create_widget", "bob", "ok", "", "k-00000004", nil},
 		{1 * time.Hour, "update_widget", "bob", "ok", "", "k-00000005", []auditlog.Target{widget("W1", 3)}},
 	}
-	signed := mustSeedLog(t, now, events, 3)
-	unsigned := mustSeedLog(t, now, events)
+	signed := mustSeedLog(t, kind, now, events, 3)
+	unsigned := mustSeedLog(t, kind, now, events)
 	for _, tt := range []struct {
-		dir, ref, status, line string
+		store             testStore
+		ref, status, line string
 	}{
 		{signed, "2", "included", "inclusion:        included in the signed tree of size 3\n"},
 		{signed, "3", "included", "code:             REVISION_CONFLICT\nstatus:           409\n"},
@@ -546,11 +577,11 @@ func TestAuditShow_Inclusion(t *testing.T) {
 		{signed, "5", "after_checkpoint", "inclusion:        after the latest checkpoint (size 3): not yet covered by a signature\n"},
 		{unsigned, "1", "no_checkpoint", "inclusion:        no checkpoint has been signed yet: not yet covered by a signature\n"},
 	} {
-		r := mustAudit(t, nil, "show", tt.ref, "--data", tt.dir)
+		r := mustAudit(t, nil, append([]string{"show", tt.ref}, tt.store.auditFlags()...)...)
 		if r.code != 0 || !strings.Contains(r.stdout, tt.line) || !strings.HasPrefix(r.stdout, "seq:              "+tt.ref+"\n") {
 			t.Errorf("show %s: exit %d, want a line %q\n%s%s", tt.ref, r.code, tt.line, r.stdout, r.stderr)
 		}
-		r = mustAudit(t, nil, "show", "--data", tt.dir, "-o", "json", tt.ref)
+		r = mustAudit(t, nil, append(append([]string{"show"}, tt.store.auditFlags()...), "-o", "json", tt.ref)...)
 		var shown struct {
 			Event     auditlog.Event `json:"event"`
 			Inclusion struct {
@@ -561,18 +592,18 @@ func TestAuditShow_Inclusion(t *testing.T) {
 			t.Errorf("show %s -o json: exit %d %v\n%s", tt.ref, r.code, err, r.stdout)
 		}
 	}
-	if r := mustAudit(t, nil, "show", "6", "--data", signed); r.code != 1 || r.stderr != "writerd: the audit log has no event 6\n" {
+	if r := mustAudit(t, nil, append([]string{"show", "6"}, signed.auditFlags()...)...); r.code != 1 || r.stderr != "writerd: the audit log has no event 6\n" {
 		t.Errorf("show 6: exit %d %s", r.code, r.stderr)
 	}
-	r := mustVerifyPasses(t, "--data", signed)
+	r := mustVerifyPasses(t, signed.auditFlags()...)
 	if !strings.HasPrefix(r.stdout, "events 4 to 5 are after the latest checkpoint (size 3): no signature covers them yet\nverified 5 events against 1 checkpoint; ") {
 		t.Errorf("verify, signed to 3:\n%s", r.stdout)
 	}
-	r = mustVerifyPasses(t, "--data", unsigned)
+	r = mustVerifyPasses(t, unsigned.auditFlags()...)
 	if !strings.HasPrefix(r.stdout, "no checkpoint has been signed yet: no signature covers events 1 to 5\nverified 5 events against 0 checkpoints; ") {
 		t.Errorf("verify, unsigned:\n%s", r.stdout)
 	}
-	if r := mustAudit(t, nil, "checkpoint", "--data", unsigned); r.code != 1 || !strings.Contains(r.stderr, "no signed checkpoint yet") {
+	if r := mustAudit(t, nil, append([]string{"checkpoint"}, unsigned.storeFlags()...)...); r.code != 1 || !strings.Contains(r.stderr, "no signed checkpoint yet") {
 		t.Errorf("checkpoint, unsigned: exit %d %s", r.code, r.stderr)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
+	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 )
 
 // mustVerifyFails runs verify on a data directory and checks that it
@@ -47,78 +48,144 @@ func mustVerifyPasses(t testing.TB, args ...string) ran {
 	return r
 }
 
+// tampering changes a stopped daemon's store as someone with write access
+// to it could, beneath writerd: the bbolt file's buckets, or the rows of
+// the PostgreSQL database.
+type tampering struct {
+	t testing.TB
+	s testStore
+}
+
+// editEvent replaces the first old in event seq's JSON with new.
+func (tp tampering) editEvent(seq uint64, old, new string) {
+	t := tp.t
+	t.Helper()
+	edit := func(json []byte) []byte {
+		i := bytes.Index(json, []byte(old))
+		if i < 0 {
+			t.Fatalf("event %d holds no %s: %s", seq, old, json)
+		}
+		return slices.Concat(json[:i], []byte(new), json[i+len(old):])
+	}
+	if tp.s.URL != "" {
+		json := pgtest.Bytes(t, tp.s.URL, "SELECT canonical FROM audit_events WHERE seq = $1", seq)
+		pgtest.Exec(t, tp.s.URL, "UPDATE audit_events SET canonical = $2 WHERE seq = $1", seq, edit(json))
+		return
+	}
+	bolttest.Update(t, tp.s.Dir, func(tx bolttest.Tx) error {
+		v := tx.Event(t, seq)
+		return tx.Events().Put(bolttest.SeqKey(seq), slices.Concat(v[:bolttest.JSONStart(seq)], edit(v[bolttest.JSONStart(seq):])))
+	})
+}
+
+// deleteEvents deletes the events from seq to last.
+func (tp tampering) deleteEvents(seq, last uint64) {
+	t := tp.t
+	t.Helper()
+	if tp.s.URL != "" {
+		pgtest.Exec(t, tp.s.URL, "DELETE FROM audit_events WHERE seq BETWEEN $1 AND $2", seq, last)
+		return
+	}
+	bolttest.Update(t, tp.s.Dir, func(tx bolttest.Tx) error {
+		for ; seq <= last; seq++ {
+			if err := tx.Events().Delete(bolttest.SeqKey(seq)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// swapEvents swaps events a and b, all that is stored of each.
+func (tp tampering) swapEvents(a, b uint64) {
+	t := tp.t
+	t.Helper()
+	if tp.s.URL != "" {
+		pgtest.Exec(t, tp.s.URL, `UPDATE audit_events e SET canonical = o.canonical, leaf_check = o.leaf_check
+			FROM audit_events o WHERE (e.seq, o.seq) IN (($1, $2), ($2, $1))`, a, b)
+		return
+	}
+	bolttest.Update(t, tp.s.Dir, func(tx bolttest.Tx) error {
+		va, vb := tx.Event(t, a), tx.Event(t, b)
+		if bolttest.JSONStart(a) != bolttest.JSONStart(b) {
+			t.Fatalf("events %d and %d carry different numbers of tree hashes", a, b)
+		}
+		if err := tx.Events().Put(bolttest.SeqKey(a), vb); err != nil {
+			return err
+		}
+		return tx.Events().Put(bolttest.SeqKey(b), va)
+	})
+}
+
+// replaceCheckpoint replaces the signed checkpoint of size with what fn
+// makes of it.
+func (tp tampering) replaceCheckpoint(size uint64, fn func(signed []byte) []byte) {
+	t := tp.t
+	t.Helper()
+	if tp.s.URL != "" {
+		signed := pgtest.Bytes(t, tp.s.URL, "SELECT signed FROM audit_checkpoints WHERE size = $1", size)
+		pgtest.Exec(t, tp.s.URL, "UPDATE audit_checkpoints SET signed = $2 WHERE size = $1", size, fn(signed))
+		return
+	}
+	bolttest.Update(t, tp.s.Dir, func(tx bolttest.Tx) error {
+		signed := tx.Checkpoints().Get(bolttest.SeqKey(size))
+		if signed == nil {
+			t.Fatalf("no checkpoint of %d events", size)
+		}
+		return tx.Checkpoints().Put(bolttest.SeqKey(size), fn(slices.Clone(signed)))
+	})
+}
+
 // Ensure verify passes an untouched log and, after a run, names the first
 // bad sequence number of each change someone with write access to the
-// database file could make: one byte of an event, an event deleted, two
-// events swapped, the events after the latest checkpoint's first ones cut
-// off while it remains, a checkpoint's signature replaced.
-func TestAuditVerify_Tampering(t *testing.T) {
-	dir := mustAuditLog(t, "", "one")  // events 1-12, a checkpoint of 12 at the stop
-	mustAuditLog(t, dir, "two")        // events 13-24, a checkpoint of 24
-	const last = 2 * auditScriptEvents // 24
+// store could make: one byte of an event, an event deleted, two events
+// swapped, the events after the latest checkpoint's first ones cut off
+// while it remains, a checkpoint's signature replaced.
+func TestAuditVerify_Tampering(t *testing.T) { eachStore(t, testAuditVerifyTampering) }
+
+func testAuditVerifyTampering(t *testing.T, kind storeKind) {
+	s := mustAuditLog(t, kind.make(t), "one") // events 1-12, a checkpoint of 12 at the stop
+	mustAuditLog(t, s, "two")                 // events 13-24, a checkpoint of 24
+	const last = 2 * auditScriptEvents        // 24
+	tamper := func(t *testing.T) (tampering, testStore) {
+		c := mustCopyStore(t, s)
+		return tampering{t, c}, c
+	}
 
 	t.Run("untouched", func(t *testing.T) {
-		r := mustVerifyPasses(t, "--data", mustCopyDir(t, dir))
+		r := mustVerifyPasses(t, mustCopyStore(t, s).auditFlags()...)
 		if !strings.HasPrefix(r.stdout, "verified 24 events against 2 checkpoints; ") {
 			t.Errorf("stdout:\n%s", r.stdout)
 		}
 	})
 	t.Run("one byte edited", func(t *testing.T) {
-		copied := mustCopyDir(t, dir)
-		bolttest.Update(t, copied, func(tx bolttest.Tx) error {
-			v := tx.Event(t, 7)
-			i := bytes.Index(v[bolttest.JSONStart(7):], []byte(`"principal":"agent"`))
-			if i < 0 {
-				t.Fatalf("event 7 has no principal agent: %s", v[bolttest.JSONStart(7):])
-			}
-			v[bolttest.JSONStart(7)+i+len(`"principal":"`)] = 'A' // "Agent"
-			return tx.Events().Put(bolttest.SeqKey(7), v)
-		})
-		mustVerifyFails(t, "event 7: edited: ", "--data", copied)
-		r := mustAudit(t, nil, "show", "7", "--data", copied)
+		tp, c := tamper(t)
+		tp.editEvent(7, `"principal":"agent"`, `"principal":"Agent"`)
+		mustVerifyFails(t, "event 7: edited: ", c.auditFlags()...)
+		r := mustAudit(t, nil, append([]string{"show", "7"}, c.auditFlags()...)...)
 		if r.code != 1 || !strings.Contains(r.stdout, "principal:        Agent\n") ||
 			!strings.Contains(r.stdout, "inclusion:        FAILED: event 7 is not the one the signed tree of size 24 holds") {
 			t.Errorf("show 7: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 	})
 	t.Run("one event deleted", func(t *testing.T) {
-		copied := mustCopyDir(t, dir)
-		bolttest.Update(t, copied, func(tx bolttest.Tx) error { return tx.Events().Delete(bolttest.SeqKey(7)) })
-		mustVerifyFails(t, "event 7: missing: ", "--data", copied)
+		tp, c := tamper(t)
+		tp.deleteEvents(7, 7)
+		mustVerifyFails(t, "event 7: missing: ", c.auditFlags()...)
 	})
 	t.Run("two events swapped", func(t *testing.T) {
-		copied := mustCopyDir(t, dir)
-		bolttest.Update(t, copied, func(tx bolttest.Tx) error {
-			five, seven := tx.Event(t, 5), tx.Event(t, 7)
-			if bolttest.JSONStart(5) != bolttest.JSONStart(7) {
-				t.Fatal("events 5 and 7 carry different numbers of tree hashes")
-			}
-			if err := tx.Events().Put(bolttest.SeqKey(5), seven); err != nil {
-				return err
-			}
-			return tx.Events().Put(bolttest.SeqKey(7), five)
-		})
-		mustVerifyFails(t, "event 5: reordered: ", "--data", copied)
+		tp, c := tamper(t)
+		tp.swapEvents(5, 7)
+		mustVerifyFails(t, "event 5: reordered: ", c.auditFlags()...)
 	})
 	t.Run("the tail truncated behind the latest checkpoint", func(t *testing.T) {
-		copied := mustCopyDir(t, dir)
-		bolttest.Update(t, copied, func(tx bolttest.Tx) error {
-			if tx.Checkpoints().Get(bolttest.SeqKey(last)) == nil {
-				t.Fatalf("no checkpoint of %d events", last)
-			}
-			for seq := uint64(last - 2); seq <= last; seq++ {
-				if err := tx.Events().Delete(bolttest.SeqKey(seq)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		mustVerifyFails(t, "event 22: missing: ", "--data", copied)
+		tp, c := tamper(t)
+		tp.deleteEvents(last-2, last)
+		mustVerifyFails(t, "event 22: missing: ", c.auditFlags()...)
 	})
 	t.Run("a checkpoint's signature replaced", func(t *testing.T) {
-		copied := mustCopyDir(t, dir)
-		bolttest.Update(t, copied, func(tx bolttest.Tx) error {
-			signed := tx.Checkpoints().Get(bolttest.SeqKey(auditScriptEvents))
+		tp, c := tamper(t)
+		tp.replaceCheckpoint(auditScriptEvents, func(signed []byte) []byte {
 			text, _, ok := strings.Cut(string(signed), "\n\n")
 			if !ok {
 				t.Fatalf("not a signed note: %q", signed)
@@ -127,77 +194,81 @@ func TestAuditVerify_Tampering(t *testing.T) {
 			// A key of the log's name that is not the log's key.
 			skey, _, err := note.GenerateKey(rand.Reader, origin)
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
 			signer, err := note.NewSigner(skey)
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
 			forged, err := note.Sign(&note.Note{Text: text + "\n"}, signer)
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
-			return tx.Checkpoints().Put(bolttest.SeqKey(auditScriptEvents), forged)
+			return forged
 		})
-		mustVerifyFails(t, "event 12: bad signature: ", "--data", copied)
+		mustVerifyFails(t, "event 12: bad signature: ", c.auditFlags()...)
 	})
 }
 
 // Ensure verify --against passes with a checkpoint saved before more
-// writes, and fails with one of another log (another data directory and
-// key) and with one of a fork of the log under the same key, naming the
-// first event where the fork departs.
-func TestAuditVerify_Against(t *testing.T) {
-	dir := mustAuditLog(t, "", "one")
+// writes, and fails with one of another log (another store and key) and
+// with one of a fork of the log under the same key, naming the first event
+// where the fork departs.
+func TestAuditVerify_Against(t *testing.T) { eachStore(t, testAuditVerifyAgainst) }
+
+func testAuditVerifyAgainst(t *testing.T, kind storeKind) {
+	s := mustAuditLog(t, kind.make(t), "one")
 	saved := filepath.Join(t.TempDir(), "checkpoint.txt")
-	r := mustAudit(t, nil, "checkpoint", "--data", dir)
+	r := mustAudit(t, nil, append([]string{"checkpoint"}, s.storeFlags()...)...)
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "writerd/") {
 		t.Fatalf("checkpoint: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if err := os.WriteFile(saved, []byte(r.stdout), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fork := mustCopyDir(t, dir) // the same log and key, up to here
-	mustAuditLog(t, dir, "two")
+	fork := mustCopyStore(t, s) // the same log and key, up to here
+	mustAuditLog(t, s, "two")
 
-	r = mustVerifyPasses(t, "--data", dir, "--against", saved)
+	r = mustVerifyPasses(t, append(s.auditFlags(), "--against", saved)...)
 	if !strings.HasPrefix(r.stdout, "the log extends the saved checkpoint of size 12\nverified 24 events against 2 checkpoints; ") {
 		t.Errorf("stdout:\n%s", r.stdout)
 	}
 
-	other := mustAuditLog(t, "", "one")
+	other := mustAuditLog(t, kind.make(t), "one")
 	otherSaved := filepath.Join(t.TempDir(), "other.txt")
-	os.WriteFile(otherSaved, []byte(mustAudit(t, nil, "checkpoint", "--data", other).stdout), 0o600)
-	mustVerifyFails(t, "saved checkpoint: not an extension: ", "--data", dir, "--against", otherSaved)
+	os.WriteFile(otherSaved, []byte(mustAudit(t, nil, append([]string{"checkpoint"}, other.storeFlags()...)...).stdout), 0o600)
+	mustVerifyFails(t, "saved checkpoint: not an extension: ", append(s.auditFlags(), "--against", otherSaved)...)
 
 	mustAuditLog(t, fork, "fork")
 	forkSaved := filepath.Join(t.TempDir(), "fork.txt")
-	os.WriteFile(forkSaved, []byte(mustAudit(t, nil, "checkpoint", "--data", fork).stdout), 0o600)
-	mustVerifyFails(t, "event 13: not an extension: ", "--data", dir, "--against", forkSaved)
+	os.WriteFile(forkSaved, []byte(mustAudit(t, nil, append([]string{"checkpoint"}, fork.storeFlags()...)...).stdout), 0o600)
+	mustVerifyFails(t, "event 13: not an extension: ", append(s.auditFlags(), "--against", forkSaved)...)
 	// And the fork, against the log's own first checkpoint, is still its extension.
-	mustVerifyPasses(t, "--data", fork, "--against", saved)
+	mustVerifyPasses(t, append(fork.auditFlags(), "--against", saved)...)
 }
 
 // Ensure an export verifies with no database and no daemon, with its own
 // key and with the auditor's, from the first event and from a later one;
 // and that the same file with one line edited or removed, or checked with
 // another log's key, does not.
-func TestAuditExport_VerifiesOffline(t *testing.T) {
-	dir := mustCopyDir(t, mustAuditLog(t, "", "one"))
+func TestAuditExport_VerifiesOffline(t *testing.T) { eachStore(t, testAuditExportVerifiesOffline) }
+
+func testAuditExportVerifiesOffline(t *testing.T, kind storeKind) {
+	s := mustCopyStore(t, mustAuditLog(t, kind.make(t), "one")) // the daemon's end checks the original
 	files := t.TempDir()
 	vkey := filepath.Join(files, "writerd.vkey")
-	r := mustAudit(t, nil, "key", "--data", dir)
+	r := mustAudit(t, nil, append([]string{"key"}, s.auditFlags()...)...)
 	if r.code != 0 || strings.Count(r.stdout, "\n") != 1 {
 		t.Fatalf("key: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	os.WriteFile(vkey, []byte(r.stdout), 0o600)
 	export := filepath.Join(files, "audit.jsonl")
-	if r := mustAudit(t, nil, "export", "--data", dir, "-o", export); r.code != 0 || r.stdout != "" {
+	if r := mustAudit(t, nil, append([]string{"export", "-o", export}, s.auditFlags()...)...); r.code != 0 || r.stdout != "" {
 		t.Fatalf("export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	from7 := mustAudit(t, nil, "export", "--data", dir, "--from", "7")
-	stdout := mustAudit(t, nil, "export", "--data", dir)
-	os.RemoveAll(dir) // offline from here on
+	from7 := mustAudit(t, nil, append([]string{"export", "--from", "7"}, s.auditFlags()...)...)
+	stdout := mustAudit(t, nil, append([]string{"export"}, s.auditFlags()...)...)
+	os.RemoveAll(s.Dir) // offline from here on (no key file, and a database is named nowhere below)
 	b, err := os.ReadFile(export)
 	if err != nil {
 		t.Fatal(err)
@@ -238,6 +309,6 @@ func TestAuditExport_VerifiesOffline(t *testing.T) {
 	mustVerifyFails(t, "event ", "--export", write("edited.jsonl", strings.Join(edited, "")), "--key", vkey)
 	r = mustVerifyFails(t, "event 5: missing: ", "--export", write("removed.jsonl", strings.Join(append(slices.Clone(lines[:5]), lines[6:]...), "")), "--key", vkey)
 
-	other := mustAudit(t, nil, "key", "--data", mustAuditLog(t, "", "other")).stdout
+	other := mustAudit(t, nil, append([]string{"key"}, mustAuditLog(t, kind.make(t), "other").auditFlags()...)...).stdout
 	mustVerifyFails(t, "event 12: bad signature: ", "--export", export, "--key", strings.TrimSpace(other))
 }

@@ -78,7 +78,7 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 	case errors.Is(err, daemon.ErrHeld):
 		return errors.New(store.Name() + " is in use by a running writerd process; stop it first, or check a copy of the data directory")
 	case errors.Is(err, daemon.ErrNoStore):
-		return errors.New("there is no database to check: " + store.Name() + " does not exist")
+		return errors.New("there is nothing to check: " + store.Absent())
 	case errors.Is(err, daemon.ErrOldStore):
 		return errors.New(store.Name() + " was written by an earlier writerd; start writerd serve on it once to convert it, then check it")
 	case errors.As(err, &damaged):

@@ -9,18 +9,31 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 )
 
 // Ensure a kill -9 while 8 clients write loses no acknowledged write: after
 // a restart, each acknowledged project is there with its audit event and
 // idempotency record, no audit event lacks its write and no write lacks its
-// audit event, and a retry of an acknowledged call replays it.
+// audit event, and a retry of an acknowledged call replays it. On
+// PostgreSQL, the server crashes too (stop -m immediate, fsync on, on a
+// cluster of the test's own) and recovers before the store is read.
 func TestCrash_KillWhileWriting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the daemon")
 	}
+	eachStore(t, testCrashKillWhileWriting)
+}
+
+func testCrashKillWhileWriting(t *testing.T, kind storeKind) {
 	const clients = 8
-	d := MustStart(t)
+	ts := kind.make(t)
+	var cluster *pgtest.Cluster
+	if ts.URL != "" {
+		cluster = pgtest.StartCluster(t, pgtest.Options{Fsync: true})
+		ts.URL = pgtest.EmptyOn(t, cluster.URL("postgres"))
+	}
+	d := mustStartWith(t, daemonConfig{store: ts})
 
 	type ack struct{ key, id, auditID string }
 	var (
@@ -60,6 +73,14 @@ func TestCrash_KillWhileWriting(t *testing.T) {
 		}
 	}
 	d.Kill()
+	if cluster != nil {
+		if err := cluster.Crash(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	wg.Wait()
 
 	s := MustOpenStore(t, d.store)
@@ -99,7 +120,7 @@ func TestCrash_KillWhileWriting(t *testing.T) {
 	s.s.Close()
 
 	// The restarted daemon replays an acknowledged write.
-	again := mustStartWith(t, daemonConfig{dir: d.dir})
+	again := mustStartWith(t, daemonConfig{store: d.store})
 	first := acked[0]
 	res := again.Call("create_project", `{"idempotency_key":"`+first.key+`","name":"`+first.key+`"}`)
 	p := mustSucceed(t, res)["project"].(map[string]any)

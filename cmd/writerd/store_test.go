@@ -5,6 +5,7 @@ import (
 	byteorder "encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,9 +49,9 @@ func mustWrittenStore(t testing.TB, n int) string {
 	return d.dir
 }
 
-// mustCopyStore copies the database of dir into a new marked data
+// mustCopyBoltFile copies the database file of dir into a new marked data
 // directory and returns it.
-func mustCopyStore(t testing.TB, dir string) string {
+func mustCopyBoltFile(t testing.TB, dir string) string {
 	t.Helper()
 	b, err := os.ReadFile(bolttest.File(dir))
 	if err != nil {
@@ -111,7 +112,7 @@ func TestStore_Damaged(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := mustCopyStore(t, written)
+			dir := mustCopyBoltFile(t, written)
 			p := bolttest.FindPages(t, dir)
 			tt.damage(t, p)
 			before := p.Read(t)
@@ -164,7 +165,7 @@ func TestStore_Damaged(t *testing.T) {
 // Ensure writerd check passes a database the daemon wrote, reads it only,
 // and says so in one line.
 func TestCheck_Clean(t *testing.T) {
-	dir := mustCopyStore(t, mustWrittenStore(t, 40))
+	dir := mustCopyBoltFile(t, mustWrittenStore(t, 40))
 	before, _ := os.ReadFile(bolttest.File(dir))
 	r := mustRun(t, "check", "--data", dir)
 	if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "writerd check: no problems in ") ||
@@ -181,13 +182,24 @@ func TestCheck_Clean(t *testing.T) {
 func TestCheck_NoDatabase(t *testing.T) {
 	for _, dir := range []string{markedDir(t), t.TempDir()} {
 		r := mustRun(t, "check", "--data", dir)
-		if r.code != 1 || r.stdout != "" || r.stderr != "writerd: there is no database to check: <data>/writerd.db does not exist\n" {
+		if r.code != 1 || r.stdout != "" || r.stderr != "writerd: there is nothing to check: <data>/writerd.db does not exist (nothing was created); --data names a writerd data directory\n" {
 			t.Fatalf("check of %s: exit %d, stdout %q, stderr %q", filepath.Base(dir), r.code, r.stdout, r.stderr)
 		}
 		if entries, err := os.ReadDir(dir); err == nil && len(entries) != 0 || err != nil && !os.IsNotExist(err) {
 			t.Fatalf("check created %v (%v)", entries, err)
 		}
 	}
+	t.Run("postgres", func(t *testing.T) {
+		empty := pgtest.Empty(t)
+		r := mustRun(t, "check", "--store", empty)
+		if r.code != 1 || r.stdout != "" || !strings.HasPrefix(r.stderr, "writerd: there is nothing to check: the PostgreSQL database writerd_empty_") ||
+			!strings.HasSuffix(r.stderr, " holds no writerd schema (nothing was created); writerd serve --store creates it\n") {
+			t.Fatalf("check of an empty database: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if tables := pgtest.Tables(t, empty); len(tables) != 0 {
+			t.Fatalf("check created %v", tables)
+		}
+	})
 }
 
 // Ensure writerd check on the database of a running daemon says, in one
@@ -207,7 +219,7 @@ func TestCheck_HeldStore(t *testing.T) {
 // project at a revision no ok event wrote, and an ok event whose project
 // is gone without a delete.
 func TestCheck_DomainInvariants(t *testing.T) {
-	dir := mustCopyStore(t, mustWrittenStore(t, 2))
+	dir := mustCopyBoltFile(t, mustWrittenStore(t, 2))
 	var bumped, gone string
 	bolttest.Update(t, dir, func(tx bolttest.Tx) error {
 		b := tx.Projects()

@@ -53,6 +53,15 @@ func (c StoreConfig) Name() string {
 	return "<data>/" + boltdb.FileName
 }
 
+// Absent says, for an error, that the store holds nothing to read
+// (ErrNoStore), and that nothing was created.
+func (c StoreConfig) Absent() string {
+	if c.Postgres() {
+		return c.Name() + " holds no writerd schema (nothing was created); writerd serve --store creates it"
+	}
+	return c.Name() + " does not exist (nothing was created); --data names a writerd data directory"
+}
+
 func (c StoreConfig) pgdb(readOnly bool) pgdb.Config {
 	return pgdb.Config{URL: c.URL, Password: c.Password, Database: c.Database, ReadOnly: readOnly}
 }

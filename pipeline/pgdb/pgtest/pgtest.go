@@ -125,7 +125,13 @@ func Database(t testing.TB) string {
 // is dropped when the test ends.
 func Empty(t testing.TB) string {
 	t.Helper()
-	server := URL(t)
+	return EmptyOn(t, URL(t))
+}
+
+// EmptyOn is Empty on the server whose URL is server: a cluster of the
+// test's own.
+func EmptyOn(t testing.TB, server string) string {
+	t.Helper()
 	dbMu.Lock()
 	dbN++
 	name := fmt.Sprintf("writerd_empty_%d_%d", os.Getpid(), dbN)
@@ -136,6 +142,98 @@ func Empty(t testing.TB) string {
 	}
 	t.Cleanup(func() { exec1(server, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
 	return WithDatabase(server, name)
+}
+
+// StartCluster starts a cluster of the test's own, which its end stops
+// and removes: for a test that restarts or crashes its server. Without
+// PostgreSQL's binaries it skips, or fails where a server is required.
+func StartCluster(t testing.TB, o Options) *Cluster {
+	t.Helper()
+	c, err := Start(o)
+	if err != nil {
+		if os.Getenv(EnvRequired) != "" {
+			t.Fatalf("PostgreSQL is required (%s is set) but a cluster cannot be started: %v", EnvRequired, err)
+		}
+		t.Skipf("no PostgreSQL cluster of the test's own: install PostgreSQL's binaries (%v)", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// Tables returns the names of the tables in the database url names, in
+// its public schema: none in a database nothing wrote to.
+func Tables(t testing.TB, url string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// Copy returns the URL of a new database cloned from the one url names,
+// which nothing may be connected to; it is dropped when the test ends.
+func Copy(t testing.TB, url string) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := WithDatabase(url, "postgres")
+	dbMu.Lock()
+	dbN++
+	name := fmt.Sprintf("writerd_copy_%d_%d", os.Getpid(), dbN)
+	err = exec1(server, "CREATE DATABASE "+name+" TEMPLATE "+pgx.Identifier{cfg.Database}.Sanitize())
+	dbMu.Unlock()
+	if err != nil {
+		t.Fatalf("copy the database: %v", err)
+	}
+	t.Cleanup(func() { exec1(server, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	return WithDatabase(url, name)
+}
+
+// Exec runs a statement on the database url names, as someone with
+// write access to it might: a test's tampering.
+func Exec(t testing.TB, url, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// Bytes returns the one value of a query that selects one bytea.
+func Bytes(t testing.TB, url, sql string, args ...any) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var b []byte
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&b); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return b
 }
 
 func makeTemplate(server string) (string, error) {
@@ -263,6 +361,16 @@ func (c *Cluster) Start() error {
 func (c *Cluster) Restart() error {
 	if out, err := c.run("pg_ctl", "-D", c.data(), "-w", "-t", "60", "-m", "fast", "restart"); err != nil {
 		return fmt.Errorf("pg_ctl restart: %v: %s", err, out)
+	}
+	return nil
+}
+
+// Crash stops the server as a crash would (pg_ctl stop -m immediate: no
+// shutdown checkpoint; the next Start recovers from the WAL), keeping the
+// cluster.
+func (c *Cluster) Crash() error {
+	if out, err := c.run("pg_ctl", "-D", c.data(), "-w", "-m", "immediate", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop -m immediate: %v: %s", err, out)
 	}
 	return nil
 }
