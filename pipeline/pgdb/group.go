@@ -25,7 +25,24 @@ const MaxBatch = 60
 const (
 	batchLockTimeout = "SET LOCAL lock_timeout = '20ms'"
 	aloneLockTimeout = "SET LOCAL lock_timeout = '10s'"
+	// headWait is how long a batch waits for the log's head, which
+	// another replica's transaction holds until it commits: a few
+	// milliseconds, unless that replica is stopped or cut off mid-commit
+	// (then until PostgreSQL ends its transaction). Past it, the batch
+	// defers its appends to the next batch, so that the writes behind them
+	// still reach their claims: a key the stuck transaction holds is
+	// answered IDEMPOTENCY_KEY_IN_USE within its wait, not after the stall.
+	headWait = "SET LOCAL lock_timeout = '500ms'"
 )
+
+// maxDeferral bounds how long a write is deferred from batch to batch
+// for a busy head before it is answered UNAVAILABLE: longer than
+// PostgreSQL takes to end a stuck replica's transaction (Config's
+// IdleInTransaction, 10 s by default).
+const maxDeferral = 15 * time.Second
+
+// busyMessage: the write waited for the log's head past maxDeferral.
+const busyMessage = "The store is too busy to take the call now, and nothing of it was recorded; send the call again with the same key in a little while."
 
 // Group commit, as on bbolt (docs/DESIGN.md section 11): the writes that
 // arrive while a commit is in flight share the next transaction, each
@@ -43,9 +60,10 @@ const (
 // it shares with others (a cancelled statement closes its connection);
 // the lock timeouts bound every wait instead.
 type unit struct {
-	fn   func(pipeline.Tx[handlers.Store]) error
-	err  error
-	done chan struct{}
+	fn    func(pipeline.Tx[handlers.Store]) error
+	err   error
+	done  chan struct{}
+	since time.Time // when it was queued
 }
 
 type committer struct {
@@ -68,7 +86,7 @@ func newCommitter(s *Store, maxBatch int) *committer {
 var errClosedStore = pipeline.Wrap(pipeline.Unavailable, errClosed, closedMessage)
 
 func (c *committer) write(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
-	u := &unit{fn: fn, done: make(chan struct{})}
+	u := &unit{fn: fn, done: make(chan struct{}), since: time.Now()}
 	select {
 	case <-c.quit:
 		return errClosedStore
@@ -97,14 +115,30 @@ func (c *committer) write(ctx context.Context, fn func(pipeline.Tx[handlers.Stor
 func (c *committer) loop() {
 	defer close(c.stopped)
 	batch := make([]*unit, 0, c.maxBatch)
+	var deferred []*unit
 	for {
-		select {
-		case u := <-c.queue:
-			batch = append(batch[:0], u)
-		case <-c.quit:
-			c.drain()
-			c.alone.Wait()
-			return
+		if len(deferred) > 0 {
+			select {
+			case <-c.quit:
+				for _, u := range deferred {
+					u.err = errClosedStore
+					close(u.done)
+				}
+				c.drain()
+				c.alone.Wait()
+				return
+			default:
+			}
+			batch = append(batch[:0], deferred...) // first, in their order
+		} else {
+			select {
+			case u := <-c.queue:
+				batch = append(batch[:0], u)
+			case <-c.quit:
+				c.drain()
+				c.alone.Wait()
+				return
+			}
 		}
 	more:
 		for len(batch) < c.maxBatch {
@@ -115,17 +149,20 @@ func (c *committer) loop() {
 				break more
 			}
 		}
-		c.commit(batch)
+		deferred = c.commit(batch)
 		clear(batch)
 	}
 }
 
-// commit runs a batch in one transaction and answers its writes; a write
-// that met a lock is run again alone.
-func (c *committer) commit(batch []*unit) {
+// commit runs a batch in one transaction and answers its writes, but for
+// those it returns, deferred to the next batch: the log's head was busy
+// past headWait. A write that met another lock is rolled back to its
+// savepoint and run again alone at once, not after the batch, which may
+// itself wait for the head: alone, it still answers within its key's wait.
+func (c *committer) commit(batch []*unit) (deferred []*unit) {
 	start := time.Now()
 	ctx := context.Background()
-	var retry []*unit
+	var alone []*unit
 	ran := 0
 	err := c.inTx(ctx, false, func(t *tx) error {
 		for _, u := range batch {
@@ -134,15 +171,24 @@ func (c *committer) commit(batch []*unit) {
 				return err
 			}
 			u.err = runUnit(u.fn, t)
-			switch {
-			case t.contended:
-				retry = append(retry, u)
-			case u.err == nil:
+			contended := t.contended
+			if !contended && u.err == nil {
 				ran++
 				continue
 			}
 			if err := t.rollbackTo(m); err != nil {
 				return err
+			}
+			switch {
+			case contended:
+				alone = append(alone, u)
+				c.alone.Add(1)
+				go func() {
+					defer c.alone.Done()
+					c.runAlone(u)
+				}()
+			case errors.Is(u.err, errDeferred):
+				deferred = append(deferred, u)
 			}
 		}
 		return nil
@@ -150,29 +196,22 @@ func (c *committer) commit(batch []*unit) {
 	if err == nil {
 		c.s.observe(time.Since(start), ran)
 	}
+	var again []*unit
 	for _, u := range batch {
-		if contains(retry, u) {
+		switch {
+		case contains(alone, u):
+			continue // runAlone answers it
+		case contains(deferred, u) && err == nil && time.Since(u.since) < maxDeferral:
+			again = append(again, u)
 			continue
-		}
-		if err != nil && u.err == nil {
+		case contains(deferred, u) && err == nil:
+			u.err = pipeline.Wrap(pipeline.Unavailable, errDeferred, busyMessage)
+		case err != nil && (u.err == nil || errors.Is(u.err, errDeferred)):
 			u.err = err
 		}
 		close(u.done)
 	}
-	if err != nil {
-		for _, u := range retry {
-			u.err = err
-			close(u.done)
-		}
-		return
-	}
-	for _, u := range retry {
-		c.alone.Add(1)
-		go func() {
-			defer c.alone.Done()
-			c.runAlone(u)
-		}()
-	}
+	return again
 }
 
 func contains(us []*unit, u *unit) bool {

@@ -19,6 +19,10 @@ import (
 // alone, where it may wait (group.go).
 var errContended = errors.New("pgdb: a lock another transaction holds")
 
+// errDeferred: the batch could not lock the audit log's head within
+// headWait; its appends wait for the next batch (group.go).
+var errDeferred = errors.New("pgdb: the audit log's head is busy")
+
 // tx is one transaction of the store: a read-only one (View), a batch of
 // the group commit, or a write run alone. In a batch nothing may wait on
 // another transaction but for the audit log's head (lock_timeout is short,
@@ -33,6 +37,7 @@ type tx struct {
 	alone bool
 
 	contended bool
+	headBusy  bool // a batch's wait for the head timed out: its appends are deferred
 
 	head    *head               // the audit log's head, once this transaction locked it
 	hashes  map[int64]tlog.Hash // tree hashes this transaction stored, for the appends after
@@ -130,13 +135,20 @@ func (t *tx) lockHead() (*head, error) {
 		return t.head, nil
 	}
 	if !t.alone {
-		if _, err := t.q.Exec(t.ctx, "SET LOCAL lock_timeout = '30s'"); err != nil {
+		if t.headBusy {
+			return nil, errDeferred
+		}
+		if _, err := t.q.Exec(t.ctx, headWait); err != nil {
 			return nil, wrapErr("lock the log", err)
 		}
 	}
 	var h head
 	var last int64
 	err := t.q.QueryRow(t.ctx, "SELECT size, last_id, last_time FROM audit_head FOR UPDATE").Scan(&h.size, &h.lastID, &last)
+	if err != nil && !t.alone && isCode(err, "55P03") {
+		t.headBusy = true
+		return nil, errDeferred
+	}
 	if err != nil {
 		return nil, wrapErr("lock the log", err)
 	}
