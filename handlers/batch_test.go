@@ -411,21 +411,25 @@ func (s faultyStore) DeleteRecord(projectID, id string) error {
 
 // Ensure a fault at the 4th record aborts the whole call: nothing is
 // deleted (all 10 still readable); the answer is an error with the fault's
-// code and the catalogue's message, retry new_key, and a detail saying
-// that nothing was deleted and naming the 4th record as where it stopped;
-// one failed audit event with the fault's code names that record; the same
-// key then answers IDEMPOTENCY_KEY_FAILED, confirmed or not; a new key
-// deletes all 10. The log names the record by position, never by id.
+// code and the catalogue's message, and a detail saying that nothing was
+// deleted and naming the 4th record as where it stopped. An internal fault
+// spends the key (retry new_key): one failed audit event with its code
+// names that record, and the same key then answers IDEMPOTENCY_KEY_FAILED,
+// confirmed or not. A fault of the store (UNAVAILABLE) spends nothing
+// (retry same_key): no event, and the same key then deletes all 10, as a
+// new key does after an internal fault. The log names the record by
+// position, never by id.
 func TestDeleteRecords_FaultDeletesNothing(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		fault   error
 		code    pipeline.Code
 		message string
+		retry   pipeline.Retry
 	}{
-		{"internal", errors.New("injected fault"), pipeline.Internal, pipeline.InternalMessage},
+		{"internal", errors.New("injected fault"), pipeline.Internal, pipeline.InternalMessage, pipeline.RetryNewKey},
 		{"unavailable", pipeline.Wrap(pipeline.Unavailable, errors.New("injected fault"), "The store is closed."), pipeline.Unavailable,
-			"The store failed during the write, which was recorded as failed; send the call again later with a new key."},
+			"The store is closed.", pipeline.RetrySameKey},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -438,38 +442,45 @@ func TestDeleteRecords_FaultDeletesNothing(t *testing.T) {
 			res := e.WriteKey("delete_records", key, args)
 			MustFail(t, res, tt.code)
 			w := mustWire(t, res)
-			if w.Error.Message != tt.message || w.Error.Retry != pipeline.RetryNewKey || w.Error.Preview != nil {
+			if w.Error.Message != tt.message || w.Error.Retry != tt.retry || w.Error.Preview != nil {
 				t.Fatalf("envelope = %s", res.ErrorJSON())
 			}
 			if want := fmt.Sprintf(`{"deleted":0,"stopped_at":%q}`, rs[3].ID); string(w.Error.Detail) != want {
 				t.Fatalf("detail = %s, want %s", w.Error.Detail, want)
 			}
 			e.mustReadable(rs...)
-			e.MustOneFailure(key, tt.code, auditlog.Target{Kind: "record", ID: rs[3].ID, Revision: 1})
-			if targets := e.AuditEvents(key)[0].Targets; len(targets) != 1 {
-				t.Fatalf("the failed event names %+v, want only the record it stopped at", targets)
-			}
 			if !strings.Contains(logs.String(), "record 4 of 10") || strings.Contains(logs.String(), rs[3].ID) {
 				t.Fatalf("log = %s, want the position of the record and not its id", logs.String())
 			}
 
-			for _, again := range []string{args, strings.Replace(args, `,"confirm":true`, "", 1)} {
-				err := MustFail(t, e.WriteKey("delete_records", key, again), pipeline.KeyFailed)
-				if !strings.Contains(err.Message, string(tt.code)) {
-					t.Fatalf("message %q does not name %s", err.Message, tt.code)
+			retryKey := key
+			if tt.retry == pipeline.RetrySameKey {
+				if n := len(e.AuditEvents(key)); n != 0 {
+					t.Fatalf("audit events for the key = %d, want none", n)
 				}
+			} else {
+				e.MustOneFailure(key, tt.code, auditlog.Target{Kind: "record", ID: rs[3].ID, Revision: 1})
+				if targets := e.AuditEvents(key)[0].Targets; len(targets) != 1 {
+					t.Fatalf("the failed event names %+v, want only the record it stopped at", targets)
+				}
+				for _, again := range []string{args, strings.Replace(args, `,"confirm":true`, "", 1)} {
+					err := MustFail(t, e.WriteKey("delete_records", key, again), pipeline.KeyFailed)
+					if !strings.Contains(err.Message, string(tt.code)) {
+						t.Fatalf("message %q does not name %s", err.Message, tt.code)
+					}
+				}
+				if n := len(e.AuditEvents(key)); n != 1 {
+					t.Fatalf("audit events for the key = %d, want 1", n)
+				}
+				e.mustReadable(rs...)
+				retryKey = e.Key()
 			}
-			if n := len(e.AuditEvents(key)); n != 1 {
-				t.Fatalf("audit events for the key = %d, want 1", n)
-			}
-			e.mustReadable(rs...)
 
-			newKey := e.Key()
-			assertResult(t, mustDeleted(t, e.WriteKey("delete_records", newKey, args)), handlers.DeleteRecordsResult{
+			assertResult(t, mustDeleted(t, e.WriteKey("delete_records", retryKey, args)), handlers.DeleteRecordsResult{
 				Attempted: 10, Deleted: 10, DeletedIDs: ids(rs...),
 			})
 			e.mustGone(rs...)
-			e.mustOneOKEvent(newKey, rs...)
+			e.mustOneOKEvent(retryKey, rs...)
 		})
 	}
 }

@@ -126,16 +126,27 @@ func (p *Pipeline[D]) settled(reqID string, rec *idempotency.Record, digest stri
 
 // fail is the failure path of stage 8: the handler's changes are rolled
 // back; a failure receipt and exactly one audit event are committed instead.
-// The key is looked up again first: a commit reported as failed may still
-// have reached the store (bbolt can fail fdatasync after writing the
-// commit's pages), and then the call is answered from its record. If even
-// the receipt cannot be saved, the client gets the fixed INTERNAL error
-// (UNAVAILABLE if the store is closed) and the key stays unused; if
-// another process claimed the key meanwhile, the call is answered
-// IDEMPOTENCY_KEY_IN_USE and the other call's record will answer its
-// retry.
+// A failure of the store itself (UNAVAILABLE) records nothing: the key
+// stays unused, and the same call with the same key is its retry. The key
+// is looked up again first: a commit reported as failed may still have
+// reached the store (bbolt can fail fdatasync after writing the commit's
+// pages), and then the call is answered from its record. If even the
+// receipt cannot be saved, the client gets the fixed INTERNAL error and
+// the key stays unused; if another process claimed the key meanwhile, the
+// call is answered IDEMPOTENCY_KEY_IN_USE and the other call's record will
+// answer its retry.
 func (p *Pipeline[D]) fail(ctx context.Context, ev *auditlog.Event, op *Op[D], start, deadline time.Time, cause error) *Result {
 	e := handlerError(cause)
+	if e.Code == Unavailable {
+		// The store failed the write, not the call: its transaction was
+		// rolled back whole, or its commit's outcome is unknown and the
+		// key decides it. No receipt spends the key on the store's fault:
+		// the same call with the same key is the retry, and replays the
+		// write if it was committed after all.
+		unrecorded := *e
+		unrecorded.Retry = RetrySameKey
+		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: &unrecorded}
+	}
 	var rec *idempotency.Record
 	err := p.update(ctx, func(tx Tx[D]) (err error) {
 		defer recoverInto(&err)
@@ -159,22 +170,12 @@ func (p *Pipeline[D]) fail(ctx context.Context, ev *auditlog.Event, op *Op[D], s
 	}
 	p.cfg.Metrics.AuditAppend(err == nil)
 	if err != nil {
-		code := Internal
-		if e.Code == Unavailable && ErrorCode(err) == Unavailable {
-			code = Unavailable
-		}
-		lost := Wrap(code, fmt.Errorf("save failure receipt: %w (after: %w)", err, cause), InternalMessage)
-		if code == Unavailable {
-			lost.Message = e.Message
-		}
+		lost := Wrap(Internal, fmt.Errorf("save failure receipt: %w (after: %w)", err, cause), InternalMessage)
 		lost.Retry = RetrySameKey
 		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: lost}
 	}
 	recorded := *e
 	recorded.Retry = RetryNewKey // the key is spent on this failure
-	if e.Code == Unavailable {
-		recorded.Message = "The store failed during the write, which was recorded as failed; send the call again later with a new key."
-	}
 	return &Result{RequestID: ev.RequestID, Outcome: outcomeOf(e), AuditID: ev.ID, Err: &recorded}
 }
 
