@@ -111,7 +111,11 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		c.MaxBatch = MaxBatch
 	}
 	pc.MaxConns = c.MaxConns
-	pc.ConnConfig.RuntimeParams["application_name"] = "writerd"
+	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
+		// The URL's own, if it names one, tells the replicas apart in
+		// pg_stat_activity.
+		pc.ConnConfig.RuntimeParams["application_name"] = "writerd"
+	}
 	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(c.IdleInTransaction.Milliseconds(), 10)
 	if c.ReadOnly {
 		pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"

@@ -357,9 +357,11 @@ func (c *Cluster) Start() error {
 	return nil
 }
 
-// Restart restarts the server with pg_ctl restart -m fast.
+// Restart restarts the server with pg_ctl restart -m fast, with the
+// settings it had (postmaster.opts). Its output goes to the log, not to
+// a pipe the new server would keep open.
 func (c *Cluster) Restart() error {
-	if out, err := c.run("pg_ctl", "-D", c.data(), "-w", "-t", "60", "-m", "fast", "restart"); err != nil {
+	if out, err := c.run("pg_ctl", "-D", c.data(), "-l", filepath.Join(c.Dir, "log"), "-w", "-t", "60", "-m", "fast", "restart"); err != nil {
 		return fmt.Errorf("pg_ctl restart: %v: %s", err, out)
 	}
 	return nil
