@@ -91,34 +91,34 @@ func (d domain) ProjectByName(name string) (*handlers.Project, error) {
 	return one[handlers.Project](d.t, "read a project by name", "SELECT doc FROM projects WHERE name_key = $1", key)
 }
 
-// PutProject creates or replaces p. Its name is refused if another
-// project holds its comparison key: asked first, so that the refusal is
-// an answer and not an error; and kept by the unique index, whose
-// violation, if another replica took the name in between, is the same
-// refusal.
+// PutProject creates or replaces p, in one statement: unless another
+// project holds its name's comparison key, which is then an answer and not
+// an error (the transaction goes on, and the handler may read the holder);
+// the unique index keeps the name if another replica takes it in between,
+// whose violation is the same refusal.
 func (d domain) PutProject(p *handlers.Project) error {
 	key, err := nameKey(p.Name)
 	if err != nil {
-		return err
-	}
-	var holder string
-	err = d.t.queryRow("check a project's name", "SELECT id FROM projects WHERE name_key = $1", []any{key}, &holder)
-	switch {
-	case err == nil && holder != p.ID:
-		return handlers.NameTaken()
-	case err != nil && !errors.Is(err, pgx.ErrNoRows):
 		return err
 	}
 	doc, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("pgdb: encode a project: %w", err)
 	}
-	_, err = d.t.exec("store a project", "INSERT INTO projects (id, name_key, doc) VALUES ($1, $2, $3) "+
-		"ON CONFLICT (id) DO UPDATE SET name_key = EXCLUDED.name_key, doc = EXCLUDED.doc", p.ID, key, doc)
-	if isCode(errors.Unwrap(err), "23505") || isCode(err, "23505") {
+	var taken bool
+	err = d.t.queryRow("store a project", "WITH holder AS (SELECT 1 FROM projects WHERE name_key = $2 AND id <> $1), "+
+		"put AS (INSERT INTO projects (id, name_key, doc) SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM holder) "+
+		"ON CONFLICT (id) DO UPDATE SET name_key = EXCLUDED.name_key, doc = EXCLUDED.doc) "+
+		"SELECT EXISTS (SELECT 1 FROM holder)", []any{p.ID, key, doc}, &taken)
+	switch {
+	case isCode(errors.Unwrap(err), "23505") || isCode(err, "23505"):
+		return handlers.NameTaken()
+	case err != nil:
+		return err
+	case taken:
 		return handlers.NameTaken()
 	}
-	return err
+	return nil
 }
 
 // DeleteProject deletes the project unless it has records; the foreign

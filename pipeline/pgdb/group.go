@@ -171,6 +171,9 @@ func (c *committer) commit(batch []*unit) (deferred []*unit) {
 				return err
 			}
 			u.err = runUnit(u.fn, t)
+			if u.err == nil {
+				u.err = t.flush("write") // its own statements, not the next write's
+			}
 			contended := t.contended
 			if !contended && u.err == nil {
 				ran++
@@ -251,20 +254,22 @@ func (c *committer) inTx(ctx context.Context, alone bool, fn func(*tx) error) er
 		return wrapErr("begin", err)
 	}
 	rollback := func() { q.Rollback(context.WithoutCancel(ctx)) }
-	t := &tx{ctx: ctx, q: q, write: true, alone: alone}
+	t := &tx{ctx: ctx, write: true, alone: alone}
+	t.q = lazyTx{Tx: q, t: t}
 	timeout := batchLockTimeout
 	if alone {
 		timeout = aloneLockTimeout
 	}
-	if _, err := q.Exec(ctx, timeout); err != nil {
-		rollback()
-		return wrapErr("begin", err)
-	}
+	t.deferTx(timeout) // with the first statement
 	if err := fn(t); err != nil {
 		rollback()
 		return err
 	}
 	if err := t.flushHead(); err != nil {
+		rollback()
+		return err
+	}
+	if err := t.flush("commit"); err != nil {
 		rollback()
 		return err
 	}

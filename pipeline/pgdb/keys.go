@@ -54,18 +54,7 @@ func (k keys) Claim(principal, key string, wait time.Duration) (*idempotency.Rec
 	t := k.t
 	lock := claimKey(principal, key)
 	if !t.alone || wait <= 0 {
-		var ok bool
-		if err := t.q.QueryRow(t.ctx, "SELECT pg_try_advisory_xact_lock($1)", lock).Scan(&ok); err != nil {
-			return nil, t.check("claim a key", err)
-		}
-		switch {
-		case !ok && !t.alone:
-			t.contended = true
-			return nil, errContended
-		case !ok:
-			return nil, idempotency.ErrInUse
-		}
-		return k.Get(principal, key)
+		return k.tryClaim(principal, key, lock)
 	}
 	// Alone: wait for the holder, within wait, and go back to the write's
 	// own bound for what follows.
@@ -83,6 +72,49 @@ func (k keys) Claim(principal, key string, wait time.Duration) (*idempotency.Rec
 		return nil, t.check("claim a key", err)
 	}
 	return k.Get(principal, key)
+}
+
+// tryClaim tries the key's lock and reads its record, in one round trip
+// with the write's savepoint and whatever else is due (lazyTx); the record
+// read without the lock is not used.
+func (k keys) tryClaim(principal, key string, lock int64) (*idempotency.Record, error) {
+	t := k.t
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_try_advisory_xact_lock($1)", lock)
+	b.Queue("SELECT "+recordColumns+" FROM idempotency WHERE principal = $1 AND key = $2", principal, key)
+	var (
+		br     pgx.BatchResults
+		locked bool
+		rec    *idempotency.Record
+		err    error
+	)
+	if lt, ok := t.q.(lazyTx); ok {
+		br, err = lt.send(t.ctx, b)
+	} else {
+		br = t.q.SendBatch(t.ctx, b)
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&locked)
+		if err == nil {
+			rec, err = scanRecord(br.QueryRow())
+			if errors.Is(err, pgx.ErrNoRows) {
+				rec, err = nil, nil
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}
+	switch {
+	case err != nil:
+		return nil, t.check("claim a key", err)
+	case !locked && !t.alone:
+		t.contended = true
+		return nil, errContended
+	case !locked:
+		return nil, idempotency.ErrInUse
+	}
+	return rec, nil
 }
 
 // Put stores r, replacing the record of its key, which the claim made

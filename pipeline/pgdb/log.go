@@ -138,12 +138,11 @@ func (l log) Append(e *auditlog.Event) error {
 	for i, hash := range hashes {
 		idx[i], vals[i] = first+int64(i), hash[:]
 	}
-	_, err = t.exec("append an event", "WITH e AS (INSERT INTO audit_events (seq, leaf_check, canonical) VALUES ($1, $2, $3)) "+
+	// Sent with the write's next statement (its key's record), or at its
+	// end: nothing waits for its result but its error.
+	t.deferExec("WITH e AS (INSERT INTO audit_events (seq, leaf_check, canonical) VALUES ($1, $2, $3)) "+
 		"INSERT INTO audit_hashes (idx, hash) SELECT * FROM unnest($4::bigint[], $5::bytea[])",
 		int64(e.Seq), hashes[0][:8], c, idx, vals)
-	if err != nil {
-		return err
-	}
 	if t.hashes == nil {
 		t.hashes = map[int64]tlog.Hash{}
 	}

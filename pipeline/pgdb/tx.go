@@ -38,6 +38,13 @@ type tx struct {
 
 	contended bool
 	headBusy  bool // a batch's wait for the head timed out: its appends are deferred
+	// savepointDue: the write's savepoint is not sent yet; later are
+	// statements whose results nothing waits for (the transaction's lock
+	// timeout, an event's insert). The next statement sends them first, in
+	// its round trip (lazyTx).
+	savepointDue bool
+	early        []queued // the transaction's own: before any savepoint
+	later        []queued
 
 	head    *head               // the audit log's head, once this transaction locked it
 	hashes  map[int64]tlog.Hash // tree hashes this transaction stored, for the appends after
@@ -104,18 +111,21 @@ func (t *tx) forUpdate() string {
 	return ""
 }
 
-// savepoint marks the state of a batch before one of its writes.
+// savepoint marks the state of a batch before one of its writes. The
+// SAVEPOINT itself waits for the write's first statement (lazyTx), which
+// is almost always its claim, sent with it in one round trip.
 func (t *tx) savepoint() (mark, error) {
 	m := mark{journal: len(t.journal)}
 	if t.head != nil {
 		h := *t.head
 		m.head = &h
 	}
-	_, err := t.q.Exec(t.ctx, "SAVEPOINT w")
-	return m, wrapErr("savepoint", err)
+	t.savepointDue = true
+	return m, nil
 }
 
-// rollbackTo undoes a write of a batch, to its savepoint.
+// rollbackTo undoes a write of a batch, to its savepoint: none, if the
+// write sent no statement.
 func (t *tx) rollbackTo(m mark) error {
 	for _, idx := range t.journal[m.journal:] {
 		delete(t.hashes, idx)
@@ -123,9 +133,142 @@ func (t *tx) rollbackTo(m mark) error {
 	t.journal = t.journal[:m.journal]
 	t.head = m.head
 	t.contended = false
+	t.later = nil // the write's own, unsent
+	if t.savepointDue {
+		t.savepointDue = false
+		return nil
+	}
 	_, err := t.q.Exec(t.ctx, "ROLLBACK TO SAVEPOINT w")
 	return wrapErr("roll back a write", err)
 }
+
+// queued is a statement sent later, with the next one.
+type queued struct {
+	sql  string
+	args []any
+}
+
+// defer queues a statement whose only result is its error, which the
+// statement after it reports: it is sent in that one's round trip. The
+// committer sends what is left at the end of each write (flush), so that
+// a write's failure is its own.
+func (t *tx) deferExec(sql string, args ...any) { t.later = append(t.later, queued{sql, args}) }
+
+// deferTx queues a statement of the transaction's own, such as its lock
+// timeout: sent before the first write's savepoint, so that rolling that
+// write back does not undo it.
+func (t *tx) deferTx(sql string) { t.early = append(t.early, queued{sql: sql}) }
+
+// flush sends the due savepoint and the queued statements, if any.
+func (t *tx) flush(what string) error {
+	if lt, ok := t.q.(lazyTx); ok {
+		return t.check(what, lt.flush(t.ctx))
+	}
+	return nil
+}
+
+// lazyTx is a write transaction whose statements first send the write's
+// due savepoint and the statements queued, all in one round trip.
+type lazyTx struct {
+	pgx.Tx
+	t *tx
+}
+
+// prelude queues the due savepoint and the later statements in b, and
+// returns how many.
+func (q lazyTx) prelude(b *pgx.Batch) int {
+	n := 0
+	for _, s := range q.t.early {
+		b.Queue(s.sql, s.args...)
+		n++
+	}
+	q.t.early = nil
+	if q.t.savepointDue {
+		b.Queue("SAVEPOINT w")
+		q.t.savepointDue = false
+		n++
+	}
+	for _, s := range q.t.later {
+		b.Queue(s.sql, s.args...)
+		n++
+	}
+	q.t.later = nil
+	return n
+}
+
+func (q lazyTx) pending() bool {
+	return len(q.t.early) > 0 || q.t.savepointDue || len(q.t.later) > 0
+}
+
+// send sends b after the prelude and reads the prelude's results,
+// returning the batch for the caller's own.
+func (q lazyTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
+	pre := &pgx.Batch{}
+	n := q.prelude(pre)
+	pre.QueuedQueries = append(pre.QueuedQueries, b.QueuedQueries...)
+	br := q.Tx.SendBatch(ctx, pre)
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
+	}
+	return br, nil
+}
+
+func (q lazyTx) flush(ctx context.Context) error {
+	if !q.pending() {
+		return nil
+	}
+	br, err := q.send(ctx, &pgx.Batch{})
+	if err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+func (q lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if !q.pending() {
+		return q.Tx.Exec(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br, err := q.send(ctx, b)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+func (q lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := q.flush(ctx); err != nil {
+		return nil, err
+	}
+	return q.Tx.Query(ctx, sql, args...)
+}
+
+func (q lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := q.flush(ctx); err != nil {
+		return errRow{err}
+	}
+	return q.Tx.QueryRow(ctx, sql, args...)
+}
+
+// SendBatch sends the prelude on its own first. Should that fail, the
+// batch fails too: the transaction is aborted, or its connection gone.
+func (q lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	q.flush(ctx)
+	return q.Tx.SendBatch(ctx, b)
+}
+
+// errRow is a row whose statement was never sent.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // lockHead locks the audit log's head for this transaction, once: every
 // append of every replica goes through it, so sequence numbers are dense
@@ -134,17 +277,34 @@ func (t *tx) lockHead() (*head, error) {
 	if t.head != nil {
 		return t.head, nil
 	}
-	if !t.alone {
-		if t.headBusy {
-			return nil, errDeferred
-		}
-		if _, err := t.q.Exec(t.ctx, headWait); err != nil {
-			return nil, wrapErr("lock the log", err)
-		}
+	if !t.alone && t.headBusy {
+		return nil, errDeferred
 	}
 	var h head
 	var last int64
-	err := t.q.QueryRow(t.ctx, "SELECT size, last_id, last_time FROM audit_head FOR UPDATE").Scan(&h.size, &h.lastID, &last)
+	const lock = "SELECT size, last_id, last_time FROM audit_head FOR UPDATE"
+	var err error
+	if t.alone {
+		err = t.q.QueryRow(t.ctx, lock).Scan(&h.size, &h.lastID, &last)
+	} else {
+		// The head's own wait, then the batch's again: one round trip.
+		t.deferExec(headWait)
+		b := &pgx.Batch{}
+		b.Queue(lock)
+		b.Queue(batchLockTimeout)
+		var br pgx.BatchResults
+		if lt, ok := t.q.(lazyTx); ok {
+			br, err = lt.send(t.ctx, b)
+		} else {
+			br = t.q.SendBatch(t.ctx, b)
+		}
+		if err == nil {
+			err = br.QueryRow().Scan(&h.size, &h.lastID, &last)
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+		}
+	}
 	if err != nil && !t.alone && isCode(err, "55P03") {
 		t.headBusy = true
 		return nil, errDeferred
@@ -154,11 +314,6 @@ func (t *tx) lockHead() (*head, error) {
 	}
 	if last != 0 {
 		h.lastTime = time.Unix(0, last).UTC()
-	}
-	if !t.alone {
-		if _, err := t.q.Exec(t.ctx, batchLockTimeout); err != nil {
-			return nil, wrapErr("lock the log", err)
-		}
 	}
 	t.head = &h
 	return t.head, nil
