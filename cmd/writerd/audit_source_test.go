@@ -121,7 +121,7 @@ func testAuditSameFromDaemonAndStore(t *testing.T, kind storeKind) {
 		empty := testStore{Dir: t.TempDir(), URL: pgtest.Empty(t)}
 		for _, args := range [][]string{{"list"}, {"show", "1"}, {"verify"}, {"checkpoint"}, {"export"}, {"tail", "--follow"}} {
 			r := mustAudit(t, nil, append(args, localFlags(empty, args[0])...)...)
-			if r.code != 1 || !strings.Contains(r.stderr, "holds no writerd schema (nothing was created); writerd serve --store creates it\n") {
+			if r.code != 1 || !strings.Contains(r.stderr, "does not exist or holds no writerd schema (nothing was created); writerd serve --store creates the schema in an existing database\n") {
 				t.Errorf("%s on an empty database: exit %d\n%s", args[0], r.code, r.stderr)
 			}
 		}

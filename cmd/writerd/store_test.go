@@ -193,11 +193,23 @@ func TestCheck_NoDatabase(t *testing.T) {
 		empty := pgtest.Empty(t)
 		r := mustRun(t, "check", "--store", empty)
 		if r.code != 1 || r.stdout != "" || !strings.HasPrefix(r.stderr, "writerd: there is nothing to check: the PostgreSQL database writerd_empty_") ||
-			!strings.HasSuffix(r.stderr, " holds no writerd schema (nothing was created); writerd serve --store creates it\n") {
+			!strings.HasSuffix(r.stderr, " does not exist or holds no writerd schema (nothing was created); writerd serve --store creates the schema in an existing database\n") {
 			t.Fatalf("check of an empty database: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		if tables := pgtest.Tables(t, empty); len(tables) != 0 {
 			t.Fatalf("check created %v", tables)
+		}
+		// A database the server does not have: check says so; serve
+		// refuses to start, saying what to create, and creates nothing.
+		missing := pgtest.WithDatabase(pgtest.URL(t), "writerd_missing_db")
+		r = mustRun(t, "check", "--store", missing)
+		if r.code != 1 || r.stderr != "writerd: there is nothing to check: the PostgreSQL database writerd_missing_db does not exist or holds no writerd schema (nothing was created); writerd serve --store creates the schema in an existing database\n" {
+			t.Fatalf("check of a missing database: exit %d, stderr %q", r.code, r.stderr)
+		}
+		key := filepath.Join(t.TempDir(), "audit-signing.key")
+		r = mustRun(t, "serve", "--stdio", "--store", missing, "--audit-key", key)
+		if r.code != 1 || !strings.HasSuffix(r.stderr, "the PostgreSQL database writerd_missing_db does not exist: create it first, owned by the role writerd connects as (CREATE DATABASE … OWNER …); writerd creates its schema in it\n") {
+			t.Fatalf("serve on a missing database: exit %d, stderr %q", r.code, r.stderr)
 		}
 	})
 }

@@ -57,7 +57,7 @@ func (c StoreConfig) Name() string {
 // (ErrNoStore), and that nothing was created.
 func (c StoreConfig) Absent() string {
 	if c.Postgres() {
-		return c.Name() + " holds no writerd schema (nothing was created); writerd serve --store creates it"
+		return c.Name() + " does not exist or holds no writerd schema (nothing was created); writerd serve --store creates the schema in an existing database"
 	}
 	return c.Name() + " does not exist (nothing was created); --data names a writerd data directory"
 }
@@ -169,6 +169,9 @@ var ErrOtherOrigin = errors.New("the audit signing key is not the one the store'
 func openPostgres(ctx context.Context, c StoreConfig, readOnly bool) (Store, error) {
 	s, err := pgdb.Open(ctx, c.pgdb(readOnly))
 	if err != nil {
+		if errors.Is(err, pgdb.ErrNoDatabase) && !readOnly {
+			return nil, errors.New(c.Name() + " does not exist: create it first, owned by the role writerd connects as (CREATE DATABASE … OWNER …); writerd creates its schema in it")
+		}
 		if readOnly && pipeline.ErrorCode(err) == pipeline.Unavailable {
 			return nil, fmt.Errorf("%s cannot be reached: %w", c.Name(), errors.Unwrap(err))
 		}
@@ -194,7 +197,7 @@ func classify(err error) error {
 	switch {
 	case errors.Is(err, pgdb.ErrOldSchema):
 		return ErrOldStore
-	case errors.Is(err, pgdb.ErrNoSchema):
+	case errors.Is(err, pgdb.ErrNoSchema), errors.Is(err, pgdb.ErrNoDatabase):
 		return ErrNoStore
 	case errors.Is(err, boltdb.ErrLocked):
 		return ErrHeld

@@ -31,6 +31,8 @@ var (
 	// ErrOldSchema: read-only, the database's schema is older than this
 	// writerd's, which only a writable Open migrates.
 	ErrOldSchema = errors.New("pgdb: the database's schema is older than this writerd's")
+	// ErrNoDatabase: the server has no database of the name given.
+	ErrNoDatabase = errors.New("pgdb: the database does not exist")
 	// ErrNoSchema: read-only, the database holds no writerd schema.
 	ErrNoSchema = errors.New("pgdb: the database holds no writerd store")
 )
@@ -130,6 +132,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if isCode(err, "3D000") { // invalid_catalog_name
+			return nil, ErrNoDatabase
+		}
 		return nil, unreachable(err)
 	}
 	if c.ReadOnly {
