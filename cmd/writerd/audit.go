@@ -27,7 +27,7 @@ type AuditCommand struct {
 	Stdout, Stderr io.Writer
 }
 
-const auditUsage = `usage: writerd audit <command> [--server URL | --data DIR] [flags]
+const auditUsage = `usage: writerd audit <command> [--server URL | --data DIR | --store URL] [flags]
 
 Reads and verifies writerd's audit log: one event per dispatched write,
 each a leaf of a Merkle tree whose checkpoints the daemon signs with a key
@@ -54,6 +54,9 @@ Where the log is read:
                  created or changed. A directory a running daemon holds is
                  refused; read it with --server instead. The default is the
                  daemon's default data directory.
+  --store URL    a PostgreSQL database that replicas share, read-only, while
+                 they run; its checkpoints are checked with --key, or the
+                 replicas' key file (--audit-key), since none lies beside it.
 
 The checkpoints are checked with a verifier key: the one --key gives (the
 text writerd audit key prints, or a file holding it) if given, else the
@@ -62,8 +65,8 @@ the daemon's key file, <data>/audit-signing.key or --audit-key). A key from
 the log's own host proves nothing against whoever controls that host: an
 auditor keeps the key from the first day and passes --key.
 
---server, --data, --token-file, --key and --audit-key may also be set in
-the environment as WRITERD_<FLAG> (WRITERD_SERVER, …); the other flags, the
+--server, --data, --store, --store-password-file, --token-file, --key and
+--audit-key may also be set in the environment as WRITERD_<FLAG> (WRITERD_SERVER, …); the other flags, the
 filters among them, are taken from the command line only.
 
 Examples:

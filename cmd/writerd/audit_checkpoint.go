@@ -13,7 +13,7 @@ type auditCheckpoint struct {
 	from auditFrom
 }
 
-const auditCheckpointUsage = `usage: writerd audit checkpoint [--server URL | --data DIR]
+const auditCheckpointUsage = `usage: writerd audit checkpoint [--server URL | --data DIR | --store URL]
 
 Prints the latest signed checkpoint, exactly as the daemon signed it: the
 log's origin, the tree size and its root hash, one a line, then a blank

@@ -20,7 +20,7 @@ type auditExport struct {
 	out   string
 }
 
-const auditExportUsage = `usage: writerd audit export [--server URL | --data DIR] [--from SEQ] [-o FILE]
+const auditExportUsage = `usage: writerd audit export [--server URL | --data DIR | --store URL] [--from SEQ] [-o FILE]
 
 Writes the events from --from (default 1) through the latest signed
 checkpoint as JSON Lines, to stdout or to the file -o names (made 0600,

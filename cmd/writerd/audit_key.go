@@ -16,7 +16,7 @@ type auditKey struct {
 	from auditFrom
 }
 
-const auditKeyUsage = `usage: writerd audit key [--server URL | --data DIR [--audit-key FILE]]
+const auditKeyUsage = `usage: writerd audit key [--server URL | (--data DIR | --store URL) [--audit-key FILE]]
 
 Prints the verifier key that the log's checkpoints are signed with, in the
 signed-note text form (name+hash+public key), one line. Keep it where the

@@ -23,7 +23,7 @@ type auditList struct {
 	output string
 }
 
-const auditListUsage = `usage: writerd audit list [--server URL | --data DIR] [filters] [--limit N] [--after CURSOR] [-o table|json|jsonl]
+const auditListUsage = `usage: writerd audit list [--server URL | --data DIR | --store URL] [filters] [--limit N] [--after CURSOR] [-o table|json|jsonl]
 
 Lists audit events, oldest first, that pass every filter given: the
 filters combine. --since and --until take a time in RFC 3339

@@ -25,7 +25,7 @@ type auditShow struct {
 	output string
 }
 
-const auditShowUsage = `usage: writerd audit show ID|SEQ [--server URL | --data DIR] [--key KEY] [-o table|json]
+const auditShowUsage = `usage: writerd audit show ID|SEQ [--server URL | --data DIR | --store URL] [--key KEY] [-o table|json]
 
 Shows one audit event, named by its id (a ULID, as a tool call's
 _meta["writerd/audit_id"] names it) or its sequence number, and checks that

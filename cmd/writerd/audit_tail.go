@@ -22,7 +22,7 @@ type auditTail struct {
 	output string
 }
 
-const auditTailUsage = `usage: writerd audit tail [--server URL | --data DIR] [-n 10] [--follow] [-o table|jsonl]
+const auditTailUsage = `usage: writerd audit tail [--server URL | --data DIR | --store URL] [-n 10] [--follow] [-o table|jsonl]
 
 Prints the newest -n events, oldest first, as list's table or as JSON
 Lines. With --follow it then keeps printing new events as they are

@@ -263,14 +263,14 @@ func seqsOf(t testing.TB, jsonl string) []uint64 {
 
 // The first line of each audit usage.
 const (
-	auditUsageLine      = "usage: writerd audit <command> [--server URL | --data DIR] [flags]"
-	auditListUsageLine  = "usage: writerd audit list [--server URL | --data DIR] [filters] [--limit N] [--after CURSOR] [-o table|json|jsonl]"
-	auditShowUsageLine  = "usage: writerd audit show ID|SEQ [--server URL | --data DIR] [--key KEY] [-o table|json]"
-	auditVerifyUsageLn  = "usage: writerd audit verify [--server URL | --data DIR | --export FILE] [--key KEY] [--against FILE]"
-	auditExportUsageLn  = "usage: writerd audit export [--server URL | --data DIR] [--from SEQ] [-o FILE]"
-	auditTailUsageLine  = "usage: writerd audit tail [--server URL | --data DIR] [-n 10] [--follow] [-o table|jsonl]"
-	auditKeyUsageLine   = "usage: writerd audit key [--server URL | --data DIR [--audit-key FILE]]"
-	auditCheckUsageLine = "usage: writerd audit checkpoint [--server URL | --data DIR]"
+	auditUsageLine      = "usage: writerd audit <command> [--server URL | --data DIR | --store URL] [flags]"
+	auditListUsageLine  = "usage: writerd audit list [--server URL | --data DIR | --store URL] [filters] [--limit N] [--after CURSOR] [-o table|json|jsonl]"
+	auditShowUsageLine  = "usage: writerd audit show ID|SEQ [--server URL | --data DIR | --store URL] [--key KEY] [-o table|json]"
+	auditVerifyUsageLn  = "usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]"
+	auditExportUsageLn  = "usage: writerd audit export [--server URL | --data DIR | --store URL] [--from SEQ] [-o FILE]"
+	auditTailUsageLine  = "usage: writerd audit tail [--server URL | --data DIR | --store URL] [-n 10] [--follow] [-o table|jsonl]"
+	auditKeyUsageLine   = "usage: writerd audit key [--server URL | (--data DIR | --store URL) [--audit-key FILE]]"
+	auditCheckUsageLine = "usage: writerd audit checkpoint [--server URL | --data DIR | --store URL]"
 )
 
 var auditUsageLines = []string{mainUsageLine, auditUsageLine, auditListUsageLine, auditShowUsageLine,

@@ -27,7 +27,7 @@ type auditVerify struct {
 	export  string
 }
 
-const auditVerifyUsage = `usage: writerd audit verify [--server URL | --data DIR | --export FILE] [--key KEY] [--against FILE]
+const auditVerifyUsage = `usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]
 
 Recomputes the log's Merkle tree from its events alone and checks it: the
 events are numbered densely from 1, each in its place and unchanged since

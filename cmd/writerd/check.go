@@ -18,12 +18,13 @@ type CheckCommand struct {
 	store storeFlags
 }
 
-const checkUsage = `usage: writerd check [--data DIR]
+const checkUsage = `usage: writerd check [--data DIR | --store URL]
 
-Checks the database in a data directory, read-only (it creates and changes
-nothing), and prints every problem it finds, one per line, then a summary.
-It exits 0 when the database is sound, 1 when it found a problem or could
-not check (no database, or a writerd process holds it).
+Checks the database in a data directory, or with --store a PostgreSQL
+database (while replicas run), read-only (it creates and changes nothing),
+and prints every problem it finds, one per line, then a summary. It exits
+0 when the database is sound, 1 when it found a problem or could not check
+(no database, or a writerd process holds the data directory's).
 
 What it checks:
 
@@ -37,7 +38,10 @@ What it checks:
     record has exactly one event since it was created;
   - the domain: every project and record has the ok audit event of its
     current revision, and every ok event's write is present (or was
-    deleted by a later delete event).
+    deleted by a later delete event);
+  - on PostgreSQL, instead of the file's checks: the schema's version, the
+    log's head against its events (no gap in the numbers), the stored tree
+    hashes against the tree's size, no checkpoint past the log.
 
 Each flag may also be set in the environment as WRITERD_<FLAG>.
 
@@ -48,6 +52,9 @@ Examples:
 
 	# Check a copy of a daemon's data directory while it runs:
 	cp -a /var/lib/writerd /tmp/writerd-copy && writerd check --data /tmp/writerd-copy
+
+	# Check the database replicas share:
+	writerd check --store 'postgres://writerd@db.internal/writerd?sslmode=verify-full'
 
 Flags:
 `

@@ -105,7 +105,7 @@ func mustFollowUsage(t testing.TB, r ran, code int, usage, firstLine string, usa
 const (
 	mainUsageLine    = "writerd serves MCP write tools to AI agents"
 	serveUsageLine   = "usage: writerd serve [--stdio] [--addr HOST:PORT] [flags]"
-	checkUsageLine   = "usage: writerd check [--data DIR]"
+	checkUsageLine   = "usage: writerd check [--data DIR | --store URL]"
 	versionUsageLine = "usage: writerd version"
 )
 

@@ -81,6 +81,13 @@ holds the file, serve still answers the client: every tool call answers
 UNAVAILABLE, to be sent again with the same key, until the other process
 exits and this one opens the store.
 
+With --store, the database is a PostgreSQL one instead, which any number of
+replicas may share behind a load balancer (README, "Running several
+replicas"): its schema is created at start-up, every replica must be given
+the same --audit-key (required with --store; created if missing), and
+while the server cannot be reached every tool call answers UNAVAILABLE and
+/readyz 503, until it can.
+
 Each flag may also be set in the environment as WRITERD_<FLAG>, with dashes
 as underscores (WRITERD_DATA, WRITERD_MAX_BYTES, …); a flag given on the
 command line wins over the environment.
@@ -101,6 +108,11 @@ Examples:
 
 	# Give a second client its own store:
 	writerd serve --stdio --data ~/writerd-second
+
+	# A replica on PostgreSQL (the password from PGPASSWORD or ~/.pgpass):
+	writerd serve --addr 10.0.0.5:7070 --tokens /etc/writerd/tokens.json \
+		--store 'postgres://writerd@db.internal/writerd?sslmode=verify-full' \
+		--audit-key /etc/writerd/audit-signing.key
 
 Flags:
 `

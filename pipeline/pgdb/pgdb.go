@@ -386,7 +386,9 @@ func (s *Store) Lead(ctx context.Context) bool {
 		if err := s.signer.Ping(ctx); err == nil {
 			return true
 		}
-		s.signer.Release()
+		// Closed, not returned to the pool: should the connection still
+		// live, it holds the lock, which no other connection could take.
+		s.signer.Hijack().Close(context.WithoutCancel(ctx))
 		s.signer = nil
 	}
 	conn, err := s.pool.Acquire(ctx)
