@@ -68,7 +68,7 @@ func (tp tampering) editEvent(seq uint64, old, new string) {
 		return slices.Concat(json[:i], []byte(new), json[i+len(old):])
 	}
 	if tp.s.URL != "" {
-		json := pgtest.Bytes(t, tp.s.URL, "SELECT canonical FROM audit_events WHERE seq = $1", seq)
+		json := pgtest.Value[[]byte](t, tp.s.URL, "SELECT canonical FROM audit_events WHERE seq = $1", seq)
 		pgtest.Exec(t, tp.s.URL, "UPDATE audit_events SET canonical = $2 WHERE seq = $1", seq, edit(json))
 		return
 	}
@@ -123,7 +123,7 @@ func (tp tampering) replaceCheckpoint(size uint64, fn func(signed []byte) []byte
 	t := tp.t
 	t.Helper()
 	if tp.s.URL != "" {
-		signed := pgtest.Bytes(t, tp.s.URL, "SELECT signed FROM audit_checkpoints WHERE size = $1", size)
+		signed := pgtest.Value[[]byte](t, tp.s.URL, "SELECT signed FROM audit_checkpoints WHERE size = $1", size)
 		pgtest.Exec(t, tp.s.URL, "UPDATE audit_checkpoints SET signed = $2 WHERE size = $1", size, fn(signed))
 		return
 	}

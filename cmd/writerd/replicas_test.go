@@ -506,10 +506,8 @@ func TestReplicas_KillMidBatch(t *testing.T) {
 // leaves them.
 func heldClaims(t *testing.T, server, name string) int {
 	t.Helper()
-	b := pgtest.Bytes(t, server, `SELECT count(*)::text::bytea FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-		WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1 AND a.state = 'idle in transaction'`, name)
-	n, _ := parseUint(string(b))
-	return int(n)
+	return int(pgtest.Value[int64](t, server, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1 AND a.state = 'idle in transaction'`, name))
 }
 
 // Ensure a replica stopped with SIGSTOP while it holds claims neither

@@ -164,21 +164,14 @@ func StartCluster(t testing.TB, o Options) *Cluster {
 // its public schema: none in a database nothing wrote to.
 func Tables(t testing.TB, url string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	var names []string
+	withConn(t, url, func(ctx context.Context, c *pgx.Conn) (err error) {
+		rows, err := c.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")
+		if err == nil {
+			names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		return err
+	})
 	return names
 }
 
@@ -207,33 +200,34 @@ func Copy(t testing.TB, url string) string {
 // write access to it might: a test's tampering.
 func Exec(t testing.TB, url, sql string, args ...any) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	withConn(t, url, func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, sql, args...)
+		return err
+	})
 }
 
-// Bytes returns the one value of a query that selects one bytea.
-func Bytes(t testing.TB, url, sql string, args ...any) []byte {
+// Value returns the one value a query selects.
+func Value[T any](t testing.TB, url, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	withConn(t, url, func(ctx context.Context, c *pgx.Conn) error { return c.QueryRow(ctx, sql, args...).Scan(&v) })
+	return v
+}
+
+// withConn runs fn on a connection of its own to the database url names;
+// its error fails the test.
+func withConn(t testing.TB, url string, fn func(ctx context.Context, c *pgx.Conn) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
+	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	var b []byte
-	if err := conn.QueryRow(ctx, sql, args...).Scan(&b); err != nil {
-		t.Fatalf("%s: %v", sql, err)
+	defer c.Close(ctx)
+	if err := fn(ctx, c); err != nil {
+		t.Fatal(err)
 	}
-	return b
 }
 
 func makeTemplate(server string) (string, error) {
