@@ -25,8 +25,8 @@ type ExportHeader struct {
 	Prefix      Prefix `json:"prefix"`
 }
 
-// ErrNoCheckpoint is returned by a store's Export when the log has no
-// signed checkpoint yet: an export must end at one to verify.
+// ErrNoCheckpoint is returned by Export when the log has no signed
+// checkpoint yet: an export must end at one to verify.
 var ErrNoCheckpoint = errors.New("the audit log has no signed checkpoint yet")
 
 // ReadExport reads an export's header, and returns it with a Stream of its

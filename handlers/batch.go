@@ -143,9 +143,11 @@ func isRefusal(code pipeline.Code) bool {
 // is. Anything else is a fault, and the pipeline rolls the call back: the
 // answer is INTERNAL (or UNAVAILABLE) with the catalogue's fixed message,
 // and a detail that says nothing was deleted and at which record the walk
-// stopped; the failed call's audit event names that record. The private
-// cause gives the record's position, not its id, which the caller may
-// have sent.
+// stopped. For INTERNAL the failed call's audit event names that record;
+// an UNAVAILABLE records no event (the pipeline leaves the key unused, so
+// the same call with the same key is the retry), and the detail alone
+// names it. The private cause gives the record's position, not its id,
+// which the caller may have sent.
 func (w *batch) abort(op *pipeline.Op[Store], err error) error {
 	if isRefusal(pipeline.ErrorCode(err)) {
 		return err

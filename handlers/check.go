@@ -116,23 +116,30 @@ func Check(s Store, events []*auditlog.Event) error {
 // CheckStore runs every check of a store of the built-in tools, on any
 // backend, in one read transaction but the backend's own: its physical
 // checks (pipeline.Store's Check), the pipeline's invariants
-// (pipeline.Check, with now for which records are live) and the tools'
-// (Check). It returns what the backend read, as a phrase, the number of
-// audit events, and every problem, one error each; err is a failure to
-// read at all.
+// (pipeline.CheckEvents, with now for which records are live) and the
+// tools' (Check), the last two on the events of one read of the log. It
+// returns what the backend read, as a phrase, the number of audit
+// events, and every problem, one error each; err is a failure to read at
+// all.
 func CheckStore(ctx context.Context, s pipeline.Store[Store], now time.Time) (checked string, events uint64, problems []error, err error) {
 	checked, physical := s.Check(ctx)
 	problems = split(physical)
 	err = s.View(ctx, func(tx pipeline.Tx[Store]) error {
-		problems = append(problems, split(pipeline.Check(tx, now))...)
+		// The log is decoded once, for both checks that need it.
 		var all []*auditlog.Event
 		if err := auditlog.All(tx.Audit(), func(e *auditlog.Event) error {
 			all = append(all, e)
 			return nil
 		}); err != nil {
-			return nil // pipeline.Check named it
+			// pipeline.Check names the failure with the problems of the
+			// events before it, as it does on its own; the tools' check
+			// does not run on part of the log. Only this failed read is
+			// read again.
+			problems = append(problems, split(pipeline.Check(tx, now))...)
+			return nil
 		}
 		events = uint64(len(all))
+		problems = append(problems, split(pipeline.CheckEvents(tx, all, now))...)
 		problems = append(problems, split(Check(tx.Domain(), all))...)
 		return nil
 	})

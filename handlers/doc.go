@@ -15,8 +15,9 @@
 // changes, and the entity a refusal is about, is named to the pipeline with
 // Op.Touch for the audit event.
 //
-// The Store interface is owned here, so that a second backend can be added
-// beside handlers/boltstore without touching the handlers.
+// The Store interface is owned here, so that each backend implements it
+// beside its own storage (pipeline/boltdb/boltstore, pipeline/pgdb)
+// without touching the handlers.
 //
 // Semantics worth knowing:
 //
@@ -45,7 +46,8 @@
 //     a fault, which the handler returns, so that the pipeline rolls the
 //     whole call back, with a detail in the error envelope saying that
 //     nothing was deleted and where the walk stopped. Its audit event names
-//     the records deleted, and on a fault the record it stopped at.
+//     the records deleted, and on an INTERNAL fault the record it stopped
+//     at; an UNAVAILABLE one records no event.
 //
 // Caveats: a project's records are not deleted with it (delete_project
 // refuses while any remain), and a preview is read at preview time: the

@@ -27,30 +27,34 @@ import (
 // the built-in tools' domain has handlers.Check. Tests run all three
 // after each test, and writerd check runs them on a store at rest.
 func Check[D any](tx Tx[D], now time.Time) error {
-	var errs []error
-	events := map[string]*auditlog.Event{}
-	byKey := map[[2]string][]*auditlog.Event{}
-	var want uint64 = 1
-	var last *auditlog.Event
+	var events []*auditlog.Event
 	err := auditlog.All(tx.Audit(), func(e *auditlog.Event) error {
-		if e.Seq != want {
-			errs = append(errs, fmt.Errorf("audit event %s has seq %d, want %d", e.ID, e.Seq, want))
-		}
-		if last != nil && e.Time.Before(last.Time) {
-			errs = append(errs, fmt.Errorf("audit event %d is dated %s, before event %d (%s)",
-				e.Seq, e.Time.Format(time.RFC3339Nano), last.Seq, last.Time.Format(time.RFC3339Nano)))
-		}
-		want, last = e.Seq+1, e
-		events[e.ID] = e
-		k := [2]string{e.Principal, e.IdempotencyKey}
-		byKey[k] = append(byKey[k], e)
+		events = append(events, e)
 		return nil
 	})
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("audit events: %w", err))...)
+		// The events read before the failure are checked as far as they
+		// go; the records are not checked against part of the log.
+		return errors.Join(append(checkLog(events), fmt.Errorf("audit events: %w", err))...)
 	}
-	err = tx.Keys().ForEach(func(r *idempotency.Record) error {
-		if e := events[r.AuditID]; e == nil || e.IdempotencyKey != r.Key || e.Principal != r.Principal || e.Digest != r.Digest {
+	return CheckEvents(tx, events, now)
+}
+
+// CheckEvents is Check on events, every event of tx's log in sequence
+// order as the caller read it, so that a caller that needs the events for
+// its own checks too (handlers.CheckStore) decodes the log once. It reads
+// every idempotency record in tx.
+func CheckEvents[D any](tx Tx[D], events []*auditlog.Event, now time.Time) error {
+	errs := checkLog(events)
+	byID := make(map[string]*auditlog.Event, len(events))
+	byKey := map[[2]string][]*auditlog.Event{}
+	for _, e := range events {
+		byID[e.ID] = e
+		k := [2]string{e.Principal, e.IdempotencyKey}
+		byKey[k] = append(byKey[k], e)
+	}
+	err := tx.Keys().ForEach(func(r *idempotency.Record) error {
+		if e := byID[r.AuditID]; e == nil || e.IdempotencyKey != r.Key || e.Principal != r.Principal || e.Digest != r.Digest {
 			errs = append(errs, fmt.Errorf("idempotency record %s/%s has no audit event of its key and digest", r.Principal, r.Key))
 		}
 		if r.Expired(now) {
@@ -76,4 +80,23 @@ func Check[D any](tx Tx[D], now time.Time) error {
 		errs = append(errs, fmt.Errorf("idempotency records: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// checkLog returns the problems of the log's own order: sequence numbers
+// dense from 1, and times non-decreasing, one problem per event.
+func checkLog(events []*auditlog.Event) []error {
+	var errs []error
+	var want uint64 = 1
+	var last *auditlog.Event
+	for _, e := range events {
+		if e.Seq != want {
+			errs = append(errs, fmt.Errorf("audit event %s has seq %d, want %d", e.ID, e.Seq, want))
+		}
+		if last != nil && e.Time.Before(last.Time) {
+			errs = append(errs, fmt.Errorf("audit event %d is dated %s, before event %d (%s)",
+				e.Seq, e.Time.Format(time.RFC3339Nano), last.Seq, last.Time.Format(time.RFC3339Nano)))
+		}
+		want, last = e.Seq+1, e
+	}
+	return errs
 }

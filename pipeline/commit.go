@@ -142,10 +142,12 @@ func (p *Pipeline[D]) fail(ctx context.Context, ev *auditlog.Event, op *Op[D], s
 		// rolled back whole, or its commit's outcome is unknown and the
 		// key decides it. No receipt spends the key on the store's fault:
 		// the same call with the same key is the retry, and replays the
-		// write if it was committed after all.
-		unrecorded := *e
-		unrecorded.Retry = RetrySameKey
-		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: &unrecorded}
+		// write if it was committed after all. As far as this call knows,
+		// its event was lost with its transaction: the append counts as
+		// failed. Every UNAVAILABLE is made by Errorf or Wrap, which give
+		// it the catalogue's retry same_key, so e is answered as it is.
+		p.cfg.Metrics.AuditAppend(false)
+		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: e}
 	}
 	var rec *idempotency.Record
 	err := p.update(ctx, func(tx Tx[D]) (err error) {

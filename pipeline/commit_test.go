@@ -341,9 +341,12 @@ func TestCall_KeyClaimedElsewhere(t *testing.T) {
 		name  string
 		args  string
 		inUse func(n int) bool
+		// claims is how many claims the call makes: the write's, and the
+		// receipt's after a failed handler.
+		claims int
 	}{
-		{"before the handler", `{"idempotency_key":"k-00000001","text":"a"}`, func(int) bool { return true }},
-		{"at the failure receipt", `{"idempotency_key":"k-00000001","text":"a","fail":"conflict"}`, func(n int) bool { return n == 2 }},
+		{"before the handler", `{"idempotency_key":"k-00000001","text":"a"}`, func(int) bool { return true }, 1},
+		{"at the failure receipt", `{"idempotency_key":"k-00000001","text":"a","fail":"conflict"}`, func(n int) bool { return n == 2 }, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -368,6 +371,11 @@ func TestCall_KeyClaimedElsewhere(t *testing.T) {
 			}
 			if strings.Contains(logs.String(), "reported as failed") {
 				t.Errorf("the log takes the claim for a failed commit:\n%s", logs.String())
+			}
+			// Without the count, a call that claimed nothing would pass
+			// the loop below.
+			if len(waits) != tt.claims {
+				t.Fatalf("%d claims, waits %v: want %d", len(waits), waits, tt.claims)
 			}
 			for _, w := range waits {
 				if w <= 0 || w > keyWait {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/invopop/jsonschema"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
@@ -210,12 +209,11 @@ func (t wrappedTx) Audit() pipeline.Audit {
 var backend = storetest.InDir(boltstore.Open)
 
 // env is a pipeline with the test tools on a real store, through the
-// conformance suite's Env, which checks the store when the test ends.
+// conformance suite's Env, which checks the store when the test ends. It
+// reads the Env's T, P and Reg rather than copies of them: Reopen replaces
+// the pipeline and its registry.
 type env struct {
 	*storetest.Env
-	t   testing.TB
-	p   *pipeline.Pipeline[notes]
-	reg *prometheus.Registry
 }
 
 var alice = pipeline.Caller{Principal: "alice", Scopes: pipeline.AllScopes, Transport: pipeline.TransportGo}
@@ -242,27 +240,27 @@ func MustEnvWait(t testing.TB, audit func(pipeline.Audit) pipeline.Audit, keyWai
 func MustEnvConfig(t testing.TB, configure func(*pipeline.Config[notes])) *env {
 	t.Helper()
 	se := storetest.New(t, backend, storetest.Options{Configure: configure, Tools: testTools()})
-	return &env{Env: se, t: t, p: se.P, reg: se.Reg}
+	return &env{Env: se}
 }
 
 func (e *env) call(c pipeline.Caller, tool, args string) *pipeline.Result {
-	e.t.Helper()
-	return e.p.Call(context.Background(), c, tool, []byte(args))
+	e.T.Helper()
+	return e.P.Call(context.Background(), c, tool, []byte(args))
 }
 
 // notes returns how many notes the store holds.
 func (e *env) notes() int {
-	e.t.Helper()
+	e.T.Helper()
 	return len(e.Projects())
 }
 
 // events returns every audit event.
 func (e *env) events() []*auditlog.Event {
-	e.t.Helper()
+	e.T.Helper()
 	return e.Events()
 }
 
 func (e *env) record(principal, key string) *idempotency.Record {
-	e.t.Helper()
+	e.T.Helper()
 	return e.Record(principal, key)
 }

@@ -41,15 +41,17 @@ func isDatabase(path string) bool {
 // 2). Tests may import a backend (bolttest damages a file on purpose,
 // pgtest starts a server).
 func TestImports_NoDatabase(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{.Dir}} {{join .GoFiles ","}} {{join .Deps ","}}`, module+"/...").Output()
+	// Tab-separated, so that an empty field (a package with no GoFiles or
+	// no Deps) stays in its place, and a directory may hold spaces.
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}\t{{.Dir}}\t{{join .GoFiles \",\"}}\t{{join .Deps \",\"}}", module+"/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
 	var checked []string
-	for line := range strings.Lines(strings.TrimSpace(string(out))) {
-		f := strings.Fields(line)
-		for len(f) < 4 {
-			f = append(f, "")
+	for line := range strings.Lines(string(out)) {
+		f := strings.Split(strings.TrimSuffix(line, "\n"), "\t")
+		if len(f) != 4 {
+			t.Fatalf("go list printed %q, want 4 tab-separated fields", line)
 		}
 		pkg, dir, files, deps := f[0], f[1], strings.Split(f[2], ","), strings.Split(f[3], ",")
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")

@@ -43,11 +43,11 @@ writerd_idempotency_results_total{result="reused"} 1
 # TYPE writerd_audit_appends_total counter
 writerd_audit_appends_total{result="ok"} 2
 `
-	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(want),
+	if err := testutil.GatherAndCompare(e.Reg, strings.NewReader(want),
 		"writerd_calls_total", "writerd_input_rejections_total", "writerd_idempotency_results_total", "writerd_audit_appends_total"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(e.reg, "writerd_store_commit_duration_seconds"); n != 1 {
+	if n := testutil.CollectAndCount(e.Reg, "writerd_store_commit_duration_seconds"); n != 1 {
 		t.Fatalf("commit latency series = %d, want 1", n)
 	}
 }

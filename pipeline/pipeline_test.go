@@ -103,15 +103,23 @@ func TestCall_FailureReceiptLost(t *testing.T) {
 	if r.Err.Message != pipeline.InternalMessage || strings.Contains(string(r.ErrorJSON()), "secret") {
 		t.Fatalf("lost receipt leaks: %s", r.ErrorJSON())
 	}
-	if e.notes() != 0 || len(e.events()) != 0 || e.record("alice", "k-00000001") != nil {
-		t.Fatal("a write whose receipt was lost left something behind")
+	mustLeaveNothing(t, e, "k-00000001")
+}
+
+// mustLeaveNothing checks that alice's write with key left no note, no
+// event and no record, and that its one event counts as lost with its
+// transaction.
+func mustLeaveNothing(t *testing.T, e *env, key string) {
+	t.Helper()
+	if e.notes() != 0 || len(e.events()) != 0 || e.record("alice", key) != nil {
+		t.Fatal("the failed write left something behind")
 	}
 	lost := `
 # HELP writerd_audit_appends_total Audit events committed (result ok) and lost because their transaction failed (result failed).
 # TYPE writerd_audit_appends_total counter
 writerd_audit_appends_total{result="failed"} 1
 `
-	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(lost), "writerd_audit_appends_total"); err != nil {
+	if err := testutil.GatherAndCompare(e.Reg, strings.NewReader(lost), "writerd_audit_appends_total"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -218,7 +226,7 @@ func TestCall_KeyExpires(t *testing.T) {
 	e := MustEnv(t, nil)
 	mustOK(t, e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`))
 	e.Advance(pipeline.DefaultKeyTTL)
-	n, err := e.p.CollectKeys(context.Background())
+	n, err := e.P.CollectKeys(context.Background())
 	if err != nil || n != 1 || e.record("alice", "k-00000001") != nil {
 		t.Fatalf("collected %d (%v), record still there: %v", n, err, e.record("alice", "k-00000001") != nil)
 	}
@@ -277,6 +285,27 @@ func TestCall_StoreClosed(t *testing.T) {
 	if r.Err.Status() != 503 || r.Outcome != pipeline.OutcomeError {
 		t.Fatalf("status %d outcome %s", r.Err.Status(), r.Outcome)
 	}
+}
+
+// unavailableAppends is a storage fault inside a write transaction: the
+// store fails the audit append UNAVAILABLE, as a full disk does.
+type unavailableAppends struct{ pipeline.Audit }
+
+func (unavailableAppends) Append(*auditlog.Event) error {
+	return pipeline.Wrap(pipeline.Unavailable, errors.New("disk full at /secret/path"), "The store is full; send the call again with the same key later.")
+}
+
+// Ensure a write the store fails UNAVAILABLE is answered so, retry
+// same_key, records nothing (no receipt, no event), and counts its event
+// as lost with its transaction.
+func TestCall_WriteUnavailable(t *testing.T) {
+	e := MustEnv(t, func(a pipeline.Audit) pipeline.Audit { return unavailableAppends{a} })
+	r := e.call(alice, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`)
+	mustCode(t, r, pipeline.Unavailable, pipeline.RetrySameKey)
+	if r.Outcome != pipeline.OutcomeError || r.AuditID != "" || strings.Contains(string(r.ErrorJSON()), "secret") {
+		t.Fatalf("outcome %s, audit id %q: %s", r.Outcome, r.AuditID, r.ErrorJSON())
+	}
+	mustLeaveNothing(t, e, "k-00000001")
 }
 
 // Ensure an unknown tool is refused before anything runs.

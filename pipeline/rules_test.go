@@ -136,7 +136,7 @@ func TestCall_NotAndFalseSchemas(t *testing.T) {
 		Name: "set_mode", Description: "Sets a mode.",
 		Run: func(context.Context, *pipeline.Op[notes], *modeIn) (*noteOut, error) { return &noteOut{}, nil },
 	})
-	if err := e.p.Register(tool); err != nil {
+	if err := e.P.Register(tool); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range []string{
@@ -189,7 +189,7 @@ func TestDefine_IntegersAdvertiseSafeBounds(t *testing.T) {
 		t.Errorf("m advertised within [%s, %s], want its own [1, 5]", m.Minimum, m.Maximum)
 	}
 	e := MustEnv(t, nil)
-	if err := e.p.Register(tool); err != nil {
+	if err := e.P.Register(tool); err != nil {
 		t.Fatal(err)
 	}
 	mustOK(t, e.call(alice, "count", `{"idempotency_key":"k-00000001","n":-9007199254740991}`))

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,5 +214,68 @@ func TestServer_AuditScope(t *testing.T) {
 	_, err := reader.Size(context.Background())
 	if err == nil || err.Error() != "the token lacks the audit scope: make one with writerd token new --scopes audit" {
 		t.Fatalf("a read-only caller: %v", err)
+	}
+}
+
+// failingLog is a log whose reads fail: View answers err if it is set,
+// else runs fn on a reader whose LatestCheckpoint answers latest.
+type failingLog struct {
+	err, latest error
+}
+
+func (l failingLog) View(_ context.Context, fn func(auditlog.Reader) error) error {
+	if l.err != nil {
+		return l.err
+	}
+	return fn(failingReader{latest: l.latest})
+}
+
+type failingReader struct {
+	auditlog.Reader // nil: the requests below read nothing else
+	latest          error
+}
+
+func (r failingReader) LatestCheckpoint() (uint64, []byte, error) { return 0, nil, r.latest }
+
+// Ensure the server answers a read that fails as the failure it is: a
+// missing checkpoint (either sentinel) is NOT_FOUND, any other failure
+// INTERNAL with the fixed message and its cause in the log, never the
+// client's; and that a ref is read as Local and Client read it.
+func TestServer_ReadFailures(t *testing.T) {
+	secret := errors.New("disk gone at /secret/path")
+	tests := []struct {
+		name   string
+		log    failingLog
+		path   string
+		status int
+		code   pipeline.Code
+		logged bool
+	}{
+		{"export, the checkpoint unreadable", failingLog{latest: secret}, "/v1/audit/export", 500, pipeline.Internal, true},
+		{"export, no checkpoint", failingLog{latest: auditlog.ErrNotFound}, "/v1/audit/export", 404, pipeline.NotFound, false},
+		{"checkpoint, auditapi's sentinel", failingLog{latest: auditapi.ErrNoCheckpoint}, "/v1/audit/checkpoint", 404, pipeline.NotFound, false},
+		{"an INTERNAL with a private message", failingLog{err: pipeline.Errorf(pipeline.Internal, "secret-internal-message")}, "/v1/audit/checkpoints", 500, pipeline.Internal, true},
+		{"a ref with a leading zero", failingLog{}, "/v1/audit/events/007", 400, pipeline.InvalidInput, false},
+		{"the ref 0", failingLog{}, "/v1/audit/events/0", 400, pipeline.InvalidInput, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			srv := &auditapi.Server{Log: tt.log, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				Caller: func(context.Context) (pipeline.Caller, bool) {
+					return pipeline.Caller{Principal: "auditor", Scopes: pipeline.ScopeAudit}, true
+				}}
+			mux := http.NewServeMux()
+			srv.Register(mux, func(h http.Handler) http.Handler { return h })
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
+			body := rec.Body.String()
+			if rec.Code != tt.status || !strings.Contains(body, `"code":"`+string(tt.code)+`"`) || strings.Contains(body, "secret") {
+				t.Fatalf("GET %s: %d %s, want %d %s without the cause", tt.path, rec.Code, body, tt.status, tt.code)
+			}
+			if logged := strings.Contains(logs.String(), "secret"); logged != tt.logged {
+				t.Errorf("the cause logged %v, want %v:\n%s", logged, tt.logged, logs.String())
+			}
+		})
 	}
 }

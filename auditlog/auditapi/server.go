@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
@@ -71,6 +70,16 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, err error) {
 	var e *pipeline.Error
 	switch {
 	case errors.As(err, &e):
+		// A pipeline error may be an INTERNAL with a private message;
+		// Public answers it with the fixed one (and drops a Detail the
+		// code may not carry), and the message and cause go to the log.
+		cause := err.Error()
+		if e.Err != nil {
+			cause += ": " + e.Err.Error()
+		}
+		if e = pipeline.Public(err); e.Code == pipeline.Internal {
+			s.Logger.Error("audit API", "request_id", pipeline.RequestID(r.Context()), "cause", cause)
+		}
 	case errors.Is(err, auditlog.ErrNotFound), errors.Is(err, ErrNoEvent):
 		e = pipeline.Errorf(pipeline.NotFound, "The audit log has no such event or checkpoint.")
 	case errors.Is(err, auditlog.ErrNoCheckpoint):
@@ -173,14 +182,10 @@ func query(f auditlog.Filter) url.Values {
 // event serves one event by ULID or sequence number, with its inclusion
 // proof in the tree of the latest checkpoint, if that covers it.
 func (s *Server) event(w http.ResponseWriter, r *http.Request) {
-	ref := r.PathValue("ref")
-	var seq uint64
-	var id string
-	if n, err := strconv.ParseUint(ref, 10, 64); err == nil {
-		seq = n
-	} else if _, err := ulid.ParseStrict(ref); err == nil {
-		id = ref
-	} else {
+	// ParseRef, as Local and Client name events, so that a ref such as
+	// "007" or "0" names no event here either.
+	seq, id, ok := ParseRef(r.PathValue("ref"))
+	if !ok {
 		fail(w, r, pipeline.Errorf(pipeline.InvalidInput, "An event is named by its id (a ULID) or its sequence number."))
 		return
 	}
@@ -258,8 +263,14 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	// consistent state; once its first line is out, a failure can only cut
 	// it short, which its verification then reports.
 	s.view(w, r, func(lr auditlog.Reader) error {
-		if _, _, err := lr.LatestCheckpoint(); err != nil {
+		// Only a missing checkpoint is ErrNoCheckpoint; a failed read goes
+		// out as the error it is (INTERNAL, with its cause in the log).
+		_, _, err := lr.LatestCheckpoint()
+		if errors.Is(err, auditlog.ErrNotFound) {
 			return auditlog.ErrNoCheckpoint
+		}
+		if err != nil {
+			return err
 		}
 		w.Header().Set("Content-Type", "application/jsonl")
 		w.WriteHeader(http.StatusOK)

@@ -52,7 +52,10 @@ type ProvenEvent struct {
 
 // Errors both sources answer with, each a sentence for the auditor.
 var (
-	ErrNoCheckpoint = errors.New("the audit log has no signed checkpoint yet: the daemon signs one every --checkpoint-every events, every --checkpoint-interval while events come, and when it stops")
+	// ErrNoCheckpoint wraps auditlog.ErrNoCheckpoint, so that errors.Is
+	// matches either sentinel wherever one is checked (Server.answer
+	// among them); its message adds when the daemon signs one.
+	ErrNoCheckpoint = fmt.Errorf("%w: the daemon signs one every --checkpoint-every events, every --checkpoint-interval while events come, and when it stops", auditlog.ErrNoCheckpoint)
 	ErrNoEvent      = errors.New("the audit log has no such event")
 	// ErrUnreachable is wrapped by a Client's errors when the daemon does
 	// not answer.

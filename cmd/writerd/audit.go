@@ -161,8 +161,9 @@ type auditFrom struct {
 	fs *flagSet
 }
 
-// define defines --server, --data and --token-file; with key, --key; with
-// auditKey, --audit-key.
+// define defines --server, the store's flags (--data, --store,
+// --store-password-file) and --token-file; with key, --key; with auditKey,
+// --audit-key.
 func (a *auditFrom) define(fs *flagSet, key, auditKey bool) {
 	a.fs = fs
 	fs.StringVar(&a.server, "server", "", "read the log from a running daemon's audit API at this `URL`, such as http://127.0.0.1:7070")
@@ -174,13 +175,13 @@ func (a *auditFrom) define(fs *flagSet, key, auditKey bool) {
 		fs.StringVar(&a.key, "key", "", "check checkpoints with this verifier `key`: the text writerd audit key prints, or a file holding it (default: the log's own)")
 	}
 	if auditKey {
-		fs.StringVar(&a.auditKey, "audit-key", "", "with --data or --store: the daemon's key `file`, whose second line is the verifier key (default <data>/"+auditKeyFile+")")
+		fs.StringVar(&a.auditKey, "audit-key", "", "with --data or --store: the daemon's key `file`, whose second line is the verifier key (default <data>/"+auditKeyFile+"; none with --store)")
 	}
 }
 
 // remote reports whether the log is read from a server: --server given,
-// and --data not given on the command line while --server came from the
-// environment. Both on the command line, or both from the environment,
+// and neither --data nor --store given on the command line while --server
+// came from the environment. Both on the command line, or both from the environment,
 // is a usage error.
 func (a *auditFrom) remote() (bool, error) {
 	set := map[string]bool{}
@@ -227,6 +228,8 @@ func (a *auditFrom) open(ctx context.Context) (source, error) {
 			}
 		case !store.Postgres():
 			keyFile = filepath.Join(store.Data, auditKeyFile)
+		case fs.Lookup("audit-key") != nil && fs.Lookup("key") == nil: // audit key: the key can only come from its file
+			return nil, fs.fail("a PostgreSQL store keeps no key beside it: give the replicas' key file with --audit-key")
 		}
 		return openLocal(store, keyFile)
 	}

@@ -16,7 +16,7 @@ type auditKey struct {
 	from auditFrom
 }
 
-const auditKeyUsage = `usage: writerd audit key [--server URL | (--data DIR | --store URL) [--audit-key FILE]]
+const auditKeyUsage = `usage: writerd audit key [--server URL | --data DIR [--audit-key FILE] | --store URL --audit-key FILE]
 
 Prints the verifier key that the log's checkpoints are signed with, in the
 signed-note text form (name+hash+public key), one line. Keep it where the
@@ -26,7 +26,9 @@ host whose log it checks.
 
 From a data directory, the key is the second line of the daemon's key file
 (<data>/audit-signing.key, or the file --audit-key names, as serve takes
-it); its first line, the signing key, is not read.
+it); its first line, the signing key, is not read. A PostgreSQL store
+keeps no key beside it: with --store, --audit-key names the replicas' key
+file.
 
 Examples:
 

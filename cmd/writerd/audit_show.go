@@ -72,7 +72,7 @@ func (c *auditShow) Run(ctx context.Context, args []string) error {
 	case len(rest) == 0:
 		return fs.fail("no event given: show takes an event's id (a ULID) or its sequence number")
 	case len(rest) > 1:
-		return fs.fail("unexpected argument %q: show takes one event", rest[1])
+		return fs.unexpected(rest[1], "show takes one event")
 	}
 	ref := rest[0]
 	if _, _, ok := auditapi.ParseRef(ref); !ok {

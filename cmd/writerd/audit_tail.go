@@ -9,6 +9,8 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/auditapi"
+	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // auditTail is writerd audit tail: the newest events, and with --follow
@@ -96,8 +98,8 @@ func (c *auditTail) Run(ctx context.Context, args []string) error {
 	}
 	waiting := false // a note said the log cannot be read for now
 	for {
-		if l, ok := src.(*localSource); ok {
-			l.idle()
+		if l, ok := src.(*localSource); ok && !l.store.Postgres() {
+			l.idle() // let a daemon open the data directory meanwhile
 		}
 		select {
 		case <-ctx.Done():
@@ -109,7 +111,8 @@ func (c *auditTail) Run(ctx context.Context, args []string) error {
 			switch {
 			case ctx.Err() != nil:
 				return nil
-			case errors.Is(err, errHeld), errors.Is(err, auditapi.ErrUnreachable):
+			case errors.Is(err, errHeld), errors.Is(err, auditapi.ErrUnreachable), errors.As(err, new(*daemon.UnreachableError)),
+				pipeline.ErrorCode(err) == pipeline.Unavailable: // a PostgreSQL server restarting
 				if !waiting {
 					fmt.Fprintf(c.Stderr, "writerd audit tail: %v; trying again every second\n", err)
 					waiting = true

@@ -70,10 +70,15 @@ Targets:
   inproc   a pipeline built as serve builds it (the audit log and its
            checkpoints, the key collector, metrics, the JSON log to nowhere),
            in this process, on a fresh data directory in $TMPDIR, removed at
-           the end; or on --data DIR, which keeps what bench writes
+           the end; or on --data DIR, which keeps what bench writes; or, with
+           --store, on a database bench makes on that PostgreSQL server and
+           drops at the end
   api      a running daemon's direct API, POST /v1/tools/{tool}, at --server
   mcp      a running daemon's MCP endpoint, /mcp, at --server: one session of
            the MCP Go SDK's client per agent
+
+--server may name several replicas, separated by commas: the agents are
+spread over them, and their metrics summed.
 
 Against a daemon, the token is the file --token-file names, else
 $WRITERD_TOKEN, and needs the write scope; commits, memory and the daemon's
@@ -91,7 +96,8 @@ transaction,
   group commit    writerd's group commit (boltdb.DB.Update) without the pipeline
 
 and prints each one's numbers and writerd's against each: writes a second,
-p50 and p99, writerd's divided by the run's.
+p50 and p99, writerd's divided by the run's. The baselines are bbolt's,
+with --store too.
 
 A progress line goes to stderr every second; the report goes to stdout.
 Of the flags, only --server and --token-file are taken from the environment

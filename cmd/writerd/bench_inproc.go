@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -45,7 +45,11 @@ func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bo
 		if err != nil {
 			return nil, err
 		}
-		defer drop()
+		defer func() {
+			if err := drop(); err != nil {
+				fmt.Fprintf(b.progress.w, "writerd bench: the scratch database %s was not dropped: %v\n", scratch.Database, err)
+			}
+		}()
 		store = scratch
 	}
 	run, err := b.runPipeline(ctx, store, filepath.Join(dir, auditKeyFile), rep)
@@ -70,7 +74,7 @@ func (b *bench) runPipeline(ctx context.Context, store daemon.StoreConfig, keyFi
 	}
 	defer s.close()
 	w := newWorkload(b.tool, b.agents)
-	c := &inprocCaller{p: s.p}
+	c := &inprocCaller{p: s.d.Pipeline}
 	if err := setupAgents(ctx, w, c, b.agents); err != nil {
 		return nil, err
 	}
@@ -217,7 +221,6 @@ func (c *inprocCaller) call(ctx context.Context, _ int, tool, key, rest string, 
 // at level info, written to nowhere.
 type benchPipeline struct {
 	d *daemon.Daemon
-	p *pipeline.Pipeline[handlers.Store]
 
 	stop       context.CancelFunc
 	background sync.WaitGroup
@@ -238,9 +241,12 @@ func openBenchPipeline(ctx context.Context, store daemon.StoreConfig, keyFile st
 	}
 	if !d.Store.IsOpen() {
 		d.Close()
+		if store.Postgres() {
+			return nil, errors.New(store.Name() + " cannot be reached; bench needs a server that answers")
+		}
 		return nil, errors.New("another writerd process holds the data directory; bench needs a store of its own")
 	}
-	s.d, s.p = d, d.Pipeline
+	s.d = d
 	ctx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
 	s.background.Go(func() { d.Run(ctx) })
 	return s, nil

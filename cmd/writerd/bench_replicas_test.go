@@ -25,7 +25,11 @@ type replicaRun struct {
 	setup  string
 	agents int
 	rep    benchReport
-	pgCPU  float64 // seconds PostgreSQL's processes used during the run
+	// pgCPU is the seconds PostgreSQL's processes used while writerd
+	// bench ran: its whole process, start and warm-up included, where
+	// bench's own CPU figures (the replicas', the load's) cover only the
+	// measured run. On the bbolt rows it is the idle cluster's.
+	pgCPU float64
 }
 
 // TestBench_Replicas runs writerd bench over the direct API, in one run on
@@ -73,7 +77,9 @@ func TestBench_Replicas(t *testing.T) {
 			runs = append(runs, r)
 		}
 		for _, d := range ds {
-			d.Stop()
+			if code := d.Stop(); code != 0 {
+				t.Errorf("%s: the daemon at %s exited %d after SIGTERM:\n%s", setup, d.url, code, d.stderr)
+			}
 		}
 	}
 
@@ -88,7 +94,9 @@ func TestBench_Replicas(t *testing.T) {
 	var out strings.Builder
 	fmt.Fprintf(&out, "writerd bench --target api --duration %s, create_project, on %d cores:\n\n", duration, runtime.NumCPU())
 	w := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "setup\tagents\twrites/s\tp50 ms\tp99 ms\twrites/commit\tCPU µs/write: replicas\tPostgreSQL\tload\t")
+	// PostgreSQL's CPU is read from /proc around the whole bench process,
+	// the others by bench over its measured run only: the header says so.
+	fmt.Fprintln(w, "setup\tagents\twrites/s\tp50 ms\tp99 ms\twrites/commit\tCPU µs/write: replicas\tPostgreSQL (whole run)\tload\t")
 	for _, r := range runs {
 		wr := r.rep.Writerd
 		per := func(s float64) string { return fmt.Sprintf("%.0f", s*1e6/float64(max(wr.Writes, 1))) }
@@ -96,8 +104,12 @@ func TestBench_Replicas(t *testing.T) {
 		if wr.CPU.Server != nil {
 			server = *wr.CPU.Server
 		}
+		pg := per(r.pgCPU)
+		if r.setup == "bbolt daemon" {
+			pg = "-" // the bbolt daemon uses no PostgreSQL: the figure would be the idle cluster's
+		}
 		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%s\t%s\t%s\t\n", r.setup, r.agents, wr.WritesPerSecond,
-			wr.Latency.P50, wr.Latency.P99, wr.WritesPerCommit, per(server), per(r.pgCPU), per(wr.CPU.Seconds))
+			wr.Latency.P50, wr.Latency.P99, wr.WritesPerCommit, per(server), pg, per(wr.CPU.Seconds))
 	}
 	w.Flush()
 	find := func(setup string, agents int) *runResult {
@@ -131,7 +143,12 @@ func postgresCPU(t *testing.T, c *pgtest.Cluster) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pm, _ := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	// The file's first line is the postmaster's pid; without it every
+	// figure would silently be 0.
+	pm, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	if err != nil {
+		t.Fatalf("postmaster.pid: %v", err)
+	}
 	ticks := 0.0
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range stats {

@@ -155,6 +155,10 @@ func TestCLI_HelpAndUsageErrors(t *testing.T) {
 		{"a principal from the environment", []string{"serve"}, []string{"WRITERD_PRINCIPAL="}, 2, serveUsageLine, "writerd serve: WRITERD_PRINCIPAL takes 1 to 128 printable ASCII characters without spaces"},
 		{"check: unexpected argument", []string{"check", "/var/lib/writerd"}, nil, 2, checkUsageLine, `writerd check: unexpected argument "/var/lib/writerd"`},
 		{"check: unknown flag", []string{"check", "--fix"}, nil, 2, checkUsageLine, "writerd check: unknown flag -fix"},
+		// An unquoted keyword/value --store splits into words: the one
+		// holding the password is not said back.
+		{"an unquoted keyword/value store", []string{"check", "--store", "host=db.internal", "password=secret-marker"}, nil, 2, checkUsageLine,
+			"writerd check: unexpected argument after the flags; a value with spaces, such as a keyword/value --store, must be quoted"},
 		{"version: unexpected argument", []string{"version", "long"}, nil, 2, versionUsageLine, `writerd version: unexpected argument "long"`},
 	}
 	for _, tt := range tests {

@@ -71,8 +71,7 @@ type stdioDaemon struct {
 type daemonConfig struct {
 	bin   string
 	store testStore // the store; if none, dir's
-	dir   string    // data directory; a new temporary one if empty
-	pg    string    // a PostgreSQL database to run on instead, its audit key in dir
+	dir   string    // data directory, without store; a new temporary one if empty
 	env   []string  // extra environment
 	args  []string  // extra flags
 }
@@ -83,6 +82,20 @@ type daemonConfig struct {
 type testStore struct {
 	Dir string
 	URL string
+}
+
+// orDir returns the store a daemon is started on: s if it is set, else
+// the data directory dir (a new one if empty). A store with a URL but no
+// directory gets a new one, for its audit key: it must still run on its
+// PostgreSQL database, not silently on bbolt in dir.
+func (s testStore) orDir(t testing.TB, dir string) testStore {
+	if s == (testStore{}) {
+		s.Dir = dir
+	}
+	if s.Dir == "" {
+		s.Dir = t.TempDir()
+	}
+	return s
 }
 
 // keyFile is the audit signing key: the data directory's by default.
@@ -150,13 +163,8 @@ func mustStartWith(t testing.TB, c daemonConfig) *stdioDaemon {
 	if c.bin == "" {
 		c.bin = binary
 	}
-	if c.store.Dir != "" {
-		c.dir, c.pg = c.store.Dir, c.store.URL
-	}
-	if c.dir == "" {
-		c.dir = t.TempDir()
-	}
-	d := &stdioDaemon{t: t, dir: c.dir, store: testStore{Dir: c.dir, URL: c.pg}, stderr: new(syncBuffer), wire: new(syncBuffer)}
+	store := c.store.orDir(t, c.dir)
+	d := &stdioDaemon{t: t, dir: store.Dir, store: store, stderr: new(syncBuffer), wire: new(syncBuffer)}
 	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--stdio"}, d.store.serveFlags()...), c.args...)...)
 	d.cmd.Env = append(os.Environ(), c.env...)
 	d.cmd.Stderr = d.stderr

@@ -113,7 +113,7 @@ func (fs *flagSet) parse(args []string) error {
 		return fs.fail("%s", fs.explain(err))
 	}
 	if fs.NArg() > 0 {
-		return fs.fail("unexpected argument %q", fs.Arg(0))
+		return fs.unexpected(fs.Arg(0), "")
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -227,6 +227,19 @@ func defaultDataDir() string {
 	return "~/.local/share/writerd"
 }
 
+// unexpected is the usage error of a stray argument, with why if given.
+// An argument holding "=" is not quoted back: an unquoted keyword/value
+// --store splits into words, one of which may be password=….
+func (fs *flagSet) unexpected(arg, why string) error {
+	if why != "" {
+		why = ": " + why
+	}
+	if strings.Contains(arg, "=") {
+		return fs.fail("unexpected argument after the flags%s; a value with spaces, such as a keyword/value --store, must be quoted", why)
+	}
+	return fs.fail("unexpected argument %q%s", arg, why)
+}
+
 // storeFlags are the flags that choose a command's store: --data, the
 // directory of the embedded bbolt store (the default), or --store, a
 // PostgreSQL database, with its password from --store-password-file if
@@ -250,6 +263,9 @@ func (s *storeFlags) define(fs *flagSet) {
 func (s *storeFlags) config(fs *flagSet) (daemon.StoreConfig, error) {
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = !fs.fromEnv[f.Name] })
+	if s.store != "" && onCommandLine["data"] && !onCommandLine["store"] {
+		s.store = "" // the command line's --data wins over WRITERD_STORE
+	}
 	if s.store == "" {
 		if onCommandLine["store-password-file"] {
 			return daemon.StoreConfig{}, fs.fail("%s is for --store; the embedded store has no password", fs.label("store-password-file"))

@@ -39,8 +39,7 @@ type httpDaemon struct {
 type httpConfig struct {
 	bin    string
 	store  testStore // the store; if none, dir's
-	dir    string    // data directory; a new one if empty
-	pg     string    // a PostgreSQL database to run on instead, its audit key in dir
+	dir    string    // data directory, without store; a new one if empty
 	tokens string    // tokens file; a new empty one if empty
 	args   []string  // extra flags
 }
@@ -52,17 +51,12 @@ func MustStartHTTP(t testing.TB, c httpConfig) *httpDaemon {
 	if c.bin == "" {
 		c.bin = binary
 	}
-	if c.store.Dir != "" {
-		c.dir, c.pg = c.store.Dir, c.store.URL
-	}
-	if c.dir == "" {
-		c.dir = t.TempDir()
-	}
 	if c.tokens == "" {
 		c.tokens = filepath.Join(t.TempDir(), "tokens.json")
 		mustToken(t, c.tokens, "bootstrap", pipeline.ScopeRead)
 	}
-	d := &httpDaemon{t: t, dir: c.dir, store: testStore{Dir: c.dir, URL: c.pg}, tokens: c.tokens, stderr: new(syncBuffer)}
+	store := c.store.orDir(t, c.dir)
+	d := &httpDaemon{t: t, dir: store.Dir, store: store, tokens: c.tokens, stderr: new(syncBuffer)}
 	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--addr", "127.0.0.1:0", "--tokens", c.tokens}, d.store.serveFlags()...), c.args...)...)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
@@ -362,8 +356,6 @@ func testHTTP_Tokens(t *testing.T, kind storeKind) {
 	}
 }
 
-// Ensure the edge refuses a cross-origin request (403) and a body over the
-// cap (413) before any handler, that the hostile frames sent as HTTP
 // Ensure the HTTP body cap holds by itself, with --max-body below
 // --max-bytes so that the pipeline's own limit cannot answer first: a
 // valid call padded with whitespace one byte past the cap is refused 413
@@ -406,6 +398,8 @@ func testHTTP_BodyCap(t *testing.T, kind storeKind) {
 	}
 }
 
+// Ensure the edge refuses a cross-origin request (403) and a body over the
+// cap (413) before any handler, that the hostile frames sent as HTTP
 // bodies get JSON-RPC errors, and that the server goes on answering.
 func TestHTTP_EdgeAndHostileFrames(t *testing.T) { eachStore(t, testHTTP_EdgeAndHostileFrames) }
 
@@ -614,9 +608,12 @@ func testHTTP_GracefulShutdown(t *testing.T, kind storeKind) {
 	}
 	t.Logf("%d writes acknowledged, %d committed before the shutdown", len(acked), len(events))
 	st.s.Close()
+	// A restart warns of nothing. Not only "damaged", which only bbolt
+	// says: any warning (a recovery, a store refused) is one that a clean
+	// shutdown must not leave, on either store.
 	again := MustStartHTTP(t, httpConfig{store: d.store, tokens: tokens})
 	again.Stop()
-	if strings.Contains(again.stderr.String(), "damaged") {
-		t.Errorf("the restart found damage:\n%s", again.stderr)
+	if strings.Contains(again.stderr.String(), `"level":"WARN"`) {
+		t.Errorf("the restart warned:\n%s", again.stderr)
 	}
 }

@@ -207,10 +207,7 @@ func (c *ServeCommand) parse(args []string) error {
 	default:
 		c.auditKey, err = fs.path("audit-key", c.auditKey)
 	}
-	if err != nil {
-		return err
-	}
-	return nil
+	return err
 }
 
 // auditKeyFile is the default name of the audit signing key, beside the

@@ -214,6 +214,17 @@ func TestCheck_NoDatabase(t *testing.T) {
 	})
 }
 
+// Ensure --data on the command line wins over a WRITERD_STORE in the
+// environment, as every flag given wins over its variable: check reads the
+// data directory and never tries the server the variable names.
+func TestCheck_DataOverStoreVariable(t *testing.T) {
+	dir := mustWrittenStore(t, 2)
+	r := mustRunWith(t, runConfig{env: []string{"WRITERD_STORE=postgres://writerd@127.0.0.1:1/writerd"}}, "check", "--data", dir)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "writerd check: no problems in ") || r.stderr != "" {
+		t.Fatalf("check --data with WRITERD_STORE set: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
 // Ensure writerd check on the database of a running daemon says, in one
 // sentence, that it is in use, without waiting for the daemon.
 func TestCheck_HeldStore(t *testing.T) {

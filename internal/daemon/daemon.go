@@ -88,6 +88,9 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.NewOrigin == nil {
 		cfg.NewOrigin = NewLogOrigin
 	}
+	if cfg.Limits == (pipeline.Limits{}) {
+		cfg.Limits = pipeline.DefaultLimits // the pipeline's, and the stdio frame limit's
+	}
 	if cfg.CheckpointEvery == 0 {
 		cfg.CheckpointEvery = 1000
 	}
@@ -181,7 +184,14 @@ func (d *Daemon) Checkpointer() *auditlog.Checkpointer { return d.checkpointer }
 func (d *Daemon) Run(ctx context.Context) {
 	waited := !d.Store.IsOpen()
 	if waited {
-		d.log.Warn(waitingMessage(d.Store.waitingFor()), "retry_every", RetryFirst.String()+" to "+RetryMost.String())
+		// The cause, not the caller's sentence: a wrong password and a
+		// server down read alike to a caller, not to an operator. Store
+		// errors name no path, URL or password.
+		cause := d.Store.waitingFor()
+		if inner := errors.Unwrap(cause); inner != nil {
+			cause = inner
+		}
+		d.log.Warn(waitingMessage(d.Store.waitingFor()), "cause", cause.Error(), "retry_every", RetryFirst.String()+" to "+RetryMost.String())
 	}
 	select {
 	case <-d.Store.Opened():
@@ -198,10 +208,8 @@ func (d *Daemon) Run(ctx context.Context) {
 	if waited {
 		d.log.Info("store opened")
 	}
-	if w, ok := s.(warner); ok {
-		for _, damage := range w.Warnings() {
-			d.log.Warn("store damaged", "damage", damage, "advice", "run writerd check")
-		}
+	for _, damage := range Warnings(s) {
+		d.log.Warn("store damaged", "damage", damage, "advice", "run writerd check")
 	}
 	var signing sync.WaitGroup
 	signing.Go(func() { d.checkpointer.Run(ctx) })

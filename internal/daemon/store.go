@@ -160,6 +160,13 @@ func OpenReadOnly(c StoreConfig) (Store, error) {
 	return s, nil
 }
 
+// UnreachableError is OpenReadOnly's error for a server that does not
+// answer: a reader that polls (audit tail --follow) tries again.
+type UnreachableError struct{ err error }
+
+func (e *UnreachableError) Error() string { return e.err.Error() }
+func (e *UnreachableError) Unwrap() error { return e.err }
+
 // ErrOtherOrigin: the store's audit log was signed with another key than
 // the daemon was given.
 var ErrOtherOrigin = errors.New("the audit signing key is not the one the store's log is signed with: give every replica the same --audit-key")
@@ -173,7 +180,7 @@ func openPostgres(ctx context.Context, c StoreConfig, readOnly bool) (Store, err
 			return nil, errors.New(c.Name() + " does not exist: create it first, owned by the role writerd connects as (CREATE DATABASE … OWNER …); writerd creates its schema in it")
 		}
 		if readOnly && pipeline.ErrorCode(err) == pipeline.Unavailable {
-			return nil, fmt.Errorf("%s cannot be reached: %w", c.Name(), errors.Unwrap(err))
+			return nil, &UnreachableError{fmt.Errorf("%s cannot be reached: %w", c.Name(), errors.Unwrap(err))}
 		}
 		return nil, classify(err)
 	}

@@ -77,11 +77,7 @@ func (d *Daemon) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer
 	// The frame limit stays well above the argument limit, so that an
 	// oversized call is answered with INPUT_TOO_LARGE: a frame holds the
 	// arguments escaped at most sixfold (\u0000 for a byte).
-	limits := d.cfg.Limits
-	if limits == (pipeline.Limits{}) {
-		limits = pipeline.DefaultLimits
-	}
-	maxFrame := max(sdk.DefaultMaxLineLength, 6*limits.MaxBytes+64<<10)
+	maxFrame := max(sdk.DefaultMaxLineLength, 6*d.cfg.Limits.MaxBytes+64<<10)
 	return srv.Run(ctx, mcp.Stdio(in, out, mcp.StdioOptions{
 		MaxFrame: maxFrame, Logger: d.log,
 		OnRefuse: func(kind string) { d.Metrics.TransportError(pipeline.TransportStdio, kind) },

@@ -152,14 +152,6 @@ func (s *server) Do(method, path, body string, headers ...string) reply {
 	return reply{resp.StatusCode, resp.Header, string(b)}
 }
 
-// view runs fn in a read transaction of the store.
-func (s *server) view(fn func(tx pipeline.Tx[handlers.Store]) error) {
-	s.t.Helper()
-	if err := s.d.Store.View(context.Background(), fn); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
 // events counts the audit events in the store.
 func (s *server) events() int {
 	s.t.Helper()

@@ -108,10 +108,16 @@ func OpenReadOnly(dir string) (*DB, error) {
 		return nil, err
 	}
 	current := false
-	d.db.View(func(tx *bolt.Tx) error {
+	err = d.db.View(func(tx *bolt.Tx) error {
 		current = boltkeys.Current(tx) && boltlog.Current(tx)
 		return nil
 	})
+	if err != nil {
+		// A read that failed says nothing of the layout: it is answered as
+		// the failure it is, without the file's path, not as ErrOldLayout.
+		d.Close()
+		return nil, classify(redact(dir, fmt.Errorf("boltdb: read the stores' layout: %w", err)))
+	}
 	if !current {
 		d.Close()
 		return nil, ErrOldLayout

@@ -71,9 +71,6 @@ func OpenStorageReadOnly[D any](dir string, d Domain[D]) (*Storage[D], error) {
 	return &Storage[D]{db: db, domain: d}, nil
 }
 
-// DB returns the database the storage runs on.
-func (s *Storage[D]) DB() *DB { return s.db }
-
 // Update runs fn as one write of a group commit; see pipeline.Storage.
 func (s *Storage[D]) Update(ctx context.Context, fn func(pipeline.Tx[D]) error) error {
 	return s.db.Update(ctx, func(tx *kv.Tx) error { return fn(s.bound(tx)) })

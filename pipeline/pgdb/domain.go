@@ -93,9 +93,11 @@ func (d domain) ProjectByName(name string) (*handlers.Project, error) {
 
 // PutProject creates or replaces p, in one statement: unless another
 // project holds its name's comparison key, which is then an answer and not
-// an error (the transaction goes on, and the handler may read the holder);
-// the unique index keeps the name if another replica takes it in between,
-// whose violation is the same refusal.
+// an error (the transaction goes on, and the handler may read the holder).
+// The unique index keeps the name if another replica commits it in
+// between: that violation (23505) is the same refusal, but the failed
+// statement has aborted the (sub)transaction, so in that rare race the
+// handler cannot read, and so name, the holder.
 func (d domain) PutProject(p *handlers.Project) error {
 	key, err := nameKey(p.Name)
 	if err != nil {
@@ -111,7 +113,7 @@ func (d domain) PutProject(p *handlers.Project) error {
 		"ON CONFLICT (id) DO UPDATE SET name_key = EXCLUDED.name_key, doc = EXCLUDED.doc) "+
 		"SELECT EXISTS (SELECT 1 FROM holder)", []any{p.ID, key, doc}, &taken)
 	switch {
-	case isCode(errors.Unwrap(err), "23505") || isCode(err, "23505"):
+	case isCode(err, "23505"):
 		return handlers.NameTaken()
 	case err != nil:
 		return err
@@ -125,7 +127,7 @@ func (d domain) PutProject(p *handlers.Project) error {
 // key keeps a record another replica adds meanwhile.
 func (d domain) DeleteProject(id string) error {
 	tag, err := d.t.exec("delete a project", "DELETE FROM projects WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM records WHERE project_id = $1)", id)
-	if isCode(errors.Unwrap(err), "23503") || isCode(err, "23503") {
+	if isCode(err, "23503") {
 		return handlers.ProjectNotEmpty()
 	}
 	if err != nil {
@@ -171,7 +173,7 @@ func (d domain) PutRecord(r *handlers.Record) error {
 	}
 	_, err = d.t.exec("store a record", "INSERT INTO records (project_id, id, doc) VALUES ($1, $2, $3) "+
 		"ON CONFLICT (project_id, id) DO UPDATE SET doc = EXCLUDED.doc", r.ProjectID, r.ID, doc)
-	if isCode(errors.Unwrap(err), "23503") || isCode(err, "23503") {
+	if isCode(err, "23503") {
 		return handlers.ProjectNotFound()
 	}
 	return err

@@ -52,11 +52,11 @@ func wrapErr(what string, err error) error {
 	if errors.As(err, &pe) {
 		return err
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return pipeline.Wrap(pipeline.Unavailable, err, unavailableMessage)
-	}
+	// Described even when the call's context ended, which is UNAVAILABLE:
+	// the raw text of a *pgconn.ConnectError names the user, the database
+	// and the host.
 	e := &pgError{text: "postgres: " + what + ": " + describe(err), err: err}
-	if transient(err) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || transient(err) {
 		return pipeline.Wrap(pipeline.Unavailable, e, unavailableMessage)
 	}
 	return e
@@ -64,9 +64,12 @@ func wrapErr(what string, err error) error {
 
 // describe says what went wrong, without values or addresses.
 func describe(err error) string {
+	var se *stmtError
 	var pg *pgconn.PgError
 	var ce *pgconn.ConnectError
 	switch {
+	case errors.As(err, &se):
+		return se.Error()
 	case errors.As(err, &pg):
 		s := "SQLSTATE " + pg.Code
 		if pg.ConstraintName != "" {
@@ -83,6 +86,10 @@ func describe(err error) string {
 		return "the connection was closed"
 	case pgconn.SafeToRetry(err), pgconn.Timeout(err):
 		return "the connection failed"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline exceeded"
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {

@@ -35,13 +35,15 @@ const (
 	headWait = "SET LOCAL lock_timeout = '500ms'"
 )
 
-// maxDeferral bounds how long a write is deferred from batch to batch
-// for a busy head before it is answered UNAVAILABLE: longer than
-// PostgreSQL takes to end a stuck replica's transaction (Config's
-// IdleInTransaction, 10 s by default).
-const maxDeferral = 15 * time.Second
+// deferralMargin is how much longer than Config.IdleInTransaction a
+// write is deferred from batch to batch for a busy head before it is
+// answered UNAVAILABLE: PostgreSQL ends a stuck replica's transaction,
+// which holds the head, after IdleInTransaction, and the writes deferred
+// behind it should still reach the head once it has.
+const deferralMargin = 5 * time.Second
 
-// busyMessage: the write waited for the log's head past maxDeferral.
+// busyMessage: the write waited for the log's head past the committer's
+// maxDeferral.
 const busyMessage = "The store is too busy to take the call now, and nothing of it was recorded; send the call again with the same key in a little while."
 
 // Group commit, as on bbolt (docs/DESIGN.md section 11): the writes that
@@ -60,24 +62,39 @@ const busyMessage = "The store is too busy to take the call now, and nothing of 
 // it shares with others (a cancelled statement closes its connection);
 // the lock timeouts bound every wait instead.
 type unit struct {
-	fn    func(pipeline.Tx[handlers.Store]) error
-	err   error
-	done  chan struct{}
-	since time.Time // when it was queued
+	fn      func(pipeline.Tx[handlers.Store]) error
+	err     error
+	done    chan struct{}
+	since   time.Time // when it was queued
+	outcome outcome   // in the batch being committed
 }
+
+// outcome is what became of a write in its batch's transaction, which
+// commit answers it by once the transaction has ended.
+type outcome uint8
+
+const (
+	unitPending  outcome = iota // not reached: the transaction failed before or at it
+	unitRan                     // ran: committed with the batch, or failed with it
+	unitFailed                  // failed on its own, rolled back to its savepoint
+	unitAlone                   // met a lock: runAlone answers it
+	unitDeferred                // the head was busy: for the next batch
+)
 
 type committer struct {
-	s        *Store
-	maxBatch int
-	queue    chan *unit
-	quit     chan struct{}
-	stopped  chan struct{}
-	stopOnce sync.Once
-	alone    sync.WaitGroup // writes run alone, in flight
+	s           *Store
+	maxDeferral time.Duration // how long a write may be deferred for a busy head
+	queue       chan *unit
+	quit        chan struct{}
+	stopped     chan struct{}
+	stopOnce    sync.Once
+	alone       sync.WaitGroup // writes run alone, in flight
 }
 
-func newCommitter(s *Store, maxBatch int) *committer {
-	c := &committer{s: s, maxBatch: maxBatch, queue: make(chan *unit, maxBatch),
+// newCommitter starts the group commit of s, whose server ends a
+// transaction idle for idleInTransaction.
+func newCommitter(s *Store, idleInTransaction time.Duration) *committer {
+	c := &committer{s: s, maxDeferral: idleInTransaction + deferralMargin, queue: make(chan *unit, MaxBatch),
 		quit: make(chan struct{}), stopped: make(chan struct{})}
 	go c.loop()
 	return c
@@ -114,7 +131,7 @@ func (c *committer) write(ctx context.Context, fn func(pipeline.Tx[handlers.Stor
 
 func (c *committer) loop() {
 	defer close(c.stopped)
-	batch := make([]*unit, 0, c.maxBatch)
+	batch := make([]*unit, 0, MaxBatch)
 	var deferred []*unit
 	for {
 		if len(deferred) > 0 {
@@ -141,7 +158,7 @@ func (c *committer) loop() {
 			}
 		}
 	more:
-		for len(batch) < c.maxBatch {
+		for len(batch) < MaxBatch {
 			select {
 			case u := <-c.queue:
 				batch = append(batch, u)
@@ -159,23 +176,23 @@ func (c *committer) loop() {
 // past headWait. A write that met another lock is rolled back to its
 // savepoint and run again alone at once, not after the batch, which may
 // itself wait for the head: alone, it still answers within its key's wait.
-func (c *committer) commit(batch []*unit) (deferred []*unit) {
+func (c *committer) commit(batch []*unit) (again []*unit) {
 	start := time.Now()
 	ctx := context.Background()
-	var alone []*unit
+	for _, u := range batch {
+		u.err, u.outcome = nil, unitPending // a deferred write's last batch is over
+	}
 	ran := 0
 	err := c.inTx(ctx, false, func(t *tx) error {
 		for _, u := range batch {
-			m, err := t.savepoint()
-			if err != nil {
-				return err
-			}
+			m := t.savepoint()
 			u.err = runUnit(u.fn, t)
 			if u.err == nil {
 				u.err = t.flush("write") // its own statements, not the next write's
 			}
 			contended := t.contended
 			if !contended && u.err == nil {
+				u.outcome = unitRan
 				ran++
 				continue
 			}
@@ -184,46 +201,60 @@ func (c *committer) commit(batch []*unit) (deferred []*unit) {
 			}
 			switch {
 			case contended:
-				alone = append(alone, u)
+				u.outcome = unitAlone
 				c.alone.Add(1)
 				go func() {
 					defer c.alone.Done()
 					c.runAlone(u)
 				}()
 			case errors.Is(u.err, errDeferred):
-				deferred = append(deferred, u)
+				u.outcome = unitDeferred
+			default:
+				u.outcome = unitFailed
 			}
 		}
 		return nil
 	})
 	if err == nil {
 		c.s.observe(time.Since(start), ran)
+	} else if internal(err) {
+		// Not the pipeline's to see; nothing of the batch was committed.
+		err = pipeline.Wrap(pipeline.Unavailable, err, unavailableMessage)
 	}
-	var again []*unit
 	for _, u := range batch {
-		switch {
-		case contains(alone, u):
+		switch u.outcome {
+		case unitAlone:
 			continue // runAlone answers it
-		case contains(deferred, u) && err == nil && time.Since(u.since) < maxDeferral:
-			again = append(again, u)
-			continue
-		case contains(deferred, u) && err == nil:
-			u.err = pipeline.Wrap(pipeline.Unavailable, errDeferred, busyMessage)
-		case err != nil && (u.err == nil || errors.Is(u.err, errDeferred)):
+		case unitDeferred:
+			if err == nil && time.Since(u.since) < c.maxDeferral {
+				again = append(again, u)
+				continue
+			}
+		case unitFailed:
+			// Its own failure, rolled back to its savepoint, whatever became
+			// of the batch.
+		default:
+			if u.err == nil {
+				u.err = err // committed (nil) or not, with the batch
+			}
+		}
+		if internal(u.err) {
+			// Not a write's answer: nothing of it was committed.
 			u.err = err
+			if err == nil {
+				u.err = pipeline.Wrap(pipeline.Unavailable, errDeferred, busyMessage)
+			}
 		}
 		close(u.done)
 	}
 	return again
 }
 
-func contains(us []*unit, u *unit) bool {
-	for _, v := range us {
-		if v == u {
-			return true
-		}
-	}
-	return false
+// internal reports whether err is one of the committer's own signals,
+// which no caller may be answered: not yet an error of the pipeline's.
+func internal(err error) bool {
+	var pe *pipeline.Error
+	return (errors.Is(err, errContended) || errors.Is(err, errDeferred)) && !errors.As(err, &pe)
 }
 
 // runAlone runs a write in a transaction of its own, where it may wait.
@@ -260,7 +291,7 @@ func (c *committer) inTx(ctx context.Context, alone bool, fn func(*tx) error) er
 	if alone {
 		timeout = aloneLockTimeout
 	}
-	t.deferTx(timeout) // with the first statement
+	t.deferTx("set the lock timeout", timeout) // with the first statement
 	if err := fn(t); err != nil {
 		rollback()
 		return err
@@ -286,11 +317,8 @@ func runUnit(fn func(pipeline.Tx[handlers.Store]) error, t *tx) (err error) {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	err = fn(t.bound())
-	if errors.Is(err, errContended) {
-		t.contended = true
-	}
-	return err
+	// Whatever returned errContended marked t contended (check, tryClaim).
+	return fn(t.bound())
 }
 
 func (c *committer) drain() {

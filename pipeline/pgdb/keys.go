@@ -48,13 +48,14 @@ func claimKey(principal, key string) int64 {
 // Claim takes the key's advisory lock for the transaction, then reads its
 // record, which a statement after the lock sees as the holder committed
 // it. In a batch it only tries: a key another transaction holds makes the
-// write contended, to be run again alone. Alone, it waits for the lock
-// at most wait, then answers idempotency.ErrInUse.
+// write contended, to be run again alone, if it may wait at all. Alone,
+// it waits for the lock at most wait. A key still held is
+// idempotency.ErrInUse.
 func (k keys) Claim(principal, key string, wait time.Duration) (*idempotency.Record, error) {
 	t := k.t
 	lock := claimKey(principal, key)
 	if !t.alone || wait <= 0 {
-		return k.tryClaim(principal, key, lock)
+		return k.tryClaim(principal, key, lock, wait)
 	}
 	// Alone: wait for the holder, within wait, and go back to the write's
 	// own bound for what follows.
@@ -76,23 +77,20 @@ func (k keys) Claim(principal, key string, wait time.Duration) (*idempotency.Rec
 
 // tryClaim tries the key's lock and reads its record, in one round trip
 // with the write's savepoint and whatever else is due (lazyTx); the record
-// read without the lock is not used.
-func (k keys) tryClaim(principal, key string, lock int64) (*idempotency.Record, error) {
+// read without the lock is not used. A held key is contended only in a
+// write's batch, and only if the claim may wait (alone, it would): a view
+// or a write run alone has nothing to run again, and a write that may not
+// wait would only be refused alone.
+func (k keys) tryClaim(principal, key string, lock int64, wait time.Duration) (*idempotency.Record, error) {
 	t := k.t
 	b := &pgx.Batch{}
 	b.Queue("SELECT pg_try_advisory_xact_lock($1)", lock)
 	b.Queue("SELECT "+recordColumns+" FROM idempotency WHERE principal = $1 AND key = $2", principal, key)
 	var (
-		br     pgx.BatchResults
 		locked bool
 		rec    *idempotency.Record
-		err    error
 	)
-	if lt, ok := t.q.(lazyTx); ok {
-		br, err = lt.send(t.ctx, b)
-	} else {
-		br = t.q.SendBatch(t.ctx, b)
-	}
+	br, err := t.sendBatch(b)
 	if err == nil {
 		err = br.QueryRow().Scan(&locked)
 		if err == nil {
@@ -108,7 +106,7 @@ func (k keys) tryClaim(principal, key string, lock int64) (*idempotency.Record, 
 	switch {
 	case err != nil:
 		return nil, t.check("claim a key", err)
-	case !locked && !t.alone:
+	case !locked && t.write && !t.alone && wait > 0:
 		t.contended = true
 		return nil, errContended
 	case !locked:

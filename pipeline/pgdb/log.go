@@ -140,7 +140,7 @@ func (l log) Append(e *auditlog.Event) error {
 	}
 	// Sent with the write's next statement (its key's record), or at its
 	// end: nothing waits for its result but its error.
-	t.deferExec("WITH e AS (INSERT INTO audit_events (seq, leaf_check, canonical) VALUES ($1, $2, $3)) "+
+	t.deferExec("store an event", "WITH e AS (INSERT INTO audit_events (seq, leaf_check, canonical) VALUES ($1, $2, $3)) "+
 		"INSERT INTO audit_hashes (idx, hash) SELECT * FROM unnest($4::bigint[], $5::bytea[])",
 		int64(e.Seq), hashes[0][:8], c, idx, vals)
 	if t.hashes == nil {

@@ -46,15 +46,12 @@ type Config struct {
 	Password string
 	// Database, if set, is the database, over the URL's.
 	Database string
-	// MaxConns bounds the pool (default 16).
-	MaxConns int32
 	// IdleInTransaction is how long the server lets a transaction sit
 	// idle before it ends it, releasing its claims and locks: a replica
 	// stopped or partitioned mid-write holds nothing longer (default 10s).
+	// A write waiting for the log's head another replica holds is deferred
+	// a little longer than it (group.go).
 	IdleInTransaction time.Duration
-	// MaxBatch bounds the writes one transaction commits (default
-	// MaxBatch).
-	MaxBatch int
 	// ReadOnly opens the store for reading only (writerd check and audit):
 	// nothing is migrated, and every transaction is read-only.
 	ReadOnly bool
@@ -74,9 +71,8 @@ func ParseURL(url string) (database string, err error) {
 // pipeline.Store on a pool of connections to one database, which any
 // number of writerd processes may share.
 type Store struct {
-	pool     *pgxpool.Pool
-	database string
-	commits  *committer
+	pool    *pgxpool.Pool
+	commits *committer
 
 	mu       sync.Mutex
 	observer func(time.Duration, int)
@@ -103,16 +99,10 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if c.Database != "" {
 		pc.ConnConfig.Database = c.Database
 	}
-	if c.MaxConns <= 0 {
-		c.MaxConns = 16
-	}
 	if c.IdleInTransaction <= 0 {
 		c.IdleInTransaction = 10 * time.Second
 	}
-	if c.MaxBatch <= 0 {
-		c.MaxBatch = MaxBatch
-	}
-	pc.MaxConns = c.MaxConns
+	pc.MaxConns = 16
 	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
 		// The URL's own, if it names one, tells the replicas apart in
 		// pg_stat_activity.
@@ -144,16 +134,13 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	}
 	if err != nil {
 		pool.Close()
-		if errors.Is(err, ErrSchemaNewer) || errors.Is(err, ErrOldSchema) || errors.Is(err, ErrNoSchema) {
-			return nil, err
-		}
 		if pipeline.ErrorCode(err) == pipeline.Unavailable {
 			return nil, unreachable(err)
 		}
 		return nil, err
 	}
-	s := &Store{pool: pool, database: pc.ConnConfig.Database}
-	s.commits = newCommitter(s, c.MaxBatch)
+	s := &Store{pool: pool}
+	s.commits = newCommitter(s, c.IdleInTransaction)
 	return s, nil
 }
 
@@ -163,14 +150,11 @@ func unreachable(err error) error {
 	return pipeline.Wrap(pipeline.Unavailable, &pgError{text: "postgres: " + describe(err), err: err}, UnreachableMessage)
 }
 
-// Database returns the name of the store's database, for messages.
-func (s *Store) Database() string { return s.database }
-
 // View runs fn in a read-only transaction that sees one state of the
 // database (repeatable read).
 func (s *Store) View(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
 	if s.isClosed() {
-		return pipeline.Wrap(pipeline.Unavailable, errClosed, closedMessage)
+		return errClosedStore
 	}
 	q, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -186,7 +170,9 @@ func (s *Store) Update(ctx context.Context, fn func(pipeline.Tx[handlers.Store])
 	return s.commits.write(ctx, fn)
 }
 
-// Ready asks the server, in a write transaction, whether it takes writes.
+// Ready asks the server, on a connection of the pool and outside any
+// transaction, whether it takes writes: a standby, or a server whose
+// transactions are read-only by default, does not.
 func (s *Store) Ready(ctx context.Context) error {
 	if s.isClosed() {
 		return errClosed

@@ -38,12 +38,13 @@ type tx struct {
 
 	contended bool
 	headBusy  bool // a batch's wait for the head timed out: its appends are deferred
-	// savepointDue: the write's savepoint is not sent yet; later are
-	// statements whose results nothing waits for (the transaction's lock
-	// timeout, an event's insert). The next statement sends them first, in
-	// its round trip (lazyTx).
+	// Statements whose results nothing waits for, which the next statement
+	// sends first, in its round trip (lazyTx): early are the transaction's
+	// own (its lock timeout), sent before any savepoint; savepointDue says
+	// the write's savepoint is not sent yet; later are the write's (an
+	// event's insert, the head's wait), after its savepoint.
 	savepointDue bool
-	early        []queued // the transaction's own: before any savepoint
+	early        []queued
 	later        []queued
 
 	head    *head               // the audit log's head, once this transaction locked it
@@ -93,12 +94,10 @@ func (t *tx) exec(what, sql string, args ...any) (pgconn.CommandTag, error) {
 	return tag, t.check(what, err)
 }
 
+// queryRow reads a row that is always there (SELECT EXISTS, a CTE's
+// result): no row is an error like any other.
 func (t *tx) queryRow(what, sql string, args []any, dest ...any) error {
-	err := t.q.QueryRow(t.ctx, sql, args...).Scan(dest...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return err
-	}
-	return t.check(what, err)
+	return t.check(what, t.q.QueryRow(t.ctx, sql, args...).Scan(dest...))
 }
 
 // forUpdate is the locking clause of a read in a write transaction: what
@@ -114,14 +113,14 @@ func (t *tx) forUpdate() string {
 // savepoint marks the state of a batch before one of its writes. The
 // SAVEPOINT itself waits for the write's first statement (lazyTx), which
 // is almost always its claim, sent with it in one round trip.
-func (t *tx) savepoint() (mark, error) {
+func (t *tx) savepoint() mark {
 	m := mark{journal: len(t.journal)}
 	if t.head != nil {
 		h := *t.head
 		m.head = &h
 	}
 	t.savepointDue = true
-	return m, nil
+	return m
 }
 
 // rollbackTo undoes a write of a batch, to its savepoint: none, if the
@@ -142,22 +141,36 @@ func (t *tx) rollbackTo(m mark) error {
 	return wrapErr("roll back a write", err)
 }
 
-// queued is a statement sent later, with the next one.
+// queued is a statement sent later, with the next one; what names it
+// should it fail, since the error is the next statement's.
 type queued struct {
+	what string
 	sql  string
 	args []any
 }
 
-// defer queues a statement whose only result is its error, which the
+// deferExec queues a statement whose only result is its error, which the
 // statement after it reports: it is sent in that one's round trip. The
 // committer sends what is left at the end of each write (flush), so that
 // a write's failure is its own.
-func (t *tx) deferExec(sql string, args ...any) { t.later = append(t.later, queued{sql, args}) }
+func (t *tx) deferExec(what, sql string, args ...any) {
+	t.later = append(t.later, queued{what, sql, args})
+}
 
 // deferTx queues a statement of the transaction's own, such as its lock
 // timeout: sent before the first write's savepoint, so that rolling that
 // write back does not undo it.
-func (t *tx) deferTx(sql string) { t.early = append(t.early, queued{sql: sql}) }
+func (t *tx) deferTx(what, sql string) { t.early = append(t.early, queued{what: what, sql: sql}) }
+
+// stmtError is the error of a queued statement, sent with a later one:
+// it names the statement that failed, for the log.
+type stmtError struct {
+	what string
+	err  error
+}
+
+func (e *stmtError) Error() string { return e.what + ": " + describe(e.err) }
+func (e *stmtError) Unwrap() error { return e.err }
 
 // flush sends the due savepoint and the queued statements, if any.
 func (t *tx) flush(what string) error {
@@ -174,26 +187,26 @@ type lazyTx struct {
 	t *tx
 }
 
-// prelude queues the due savepoint and the later statements in b, and
-// returns how many.
-func (q lazyTx) prelude(b *pgx.Batch) int {
-	n := 0
+// prelude queues the early statements, the due savepoint and the later
+// statements in b, and returns what each is.
+func (q lazyTx) prelude(b *pgx.Batch) []string {
+	var whats []string
 	for _, s := range q.t.early {
 		b.Queue(s.sql, s.args...)
-		n++
+		whats = append(whats, s.what)
 	}
 	q.t.early = nil
 	if q.t.savepointDue {
 		b.Queue("SAVEPOINT w")
 		q.t.savepointDue = false
-		n++
+		whats = append(whats, "open a write's savepoint")
 	}
 	for _, s := range q.t.later {
 		b.Queue(s.sql, s.args...)
-		n++
+		whats = append(whats, s.what)
 	}
 	q.t.later = nil
-	return n
+	return whats
 }
 
 func (q lazyTx) pending() bool {
@@ -204,13 +217,13 @@ func (q lazyTx) pending() bool {
 // returning the batch for the caller's own.
 func (q lazyTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
 	pre := &pgx.Batch{}
-	n := q.prelude(pre)
+	whats := q.prelude(pre)
 	pre.QueuedQueries = append(pre.QueuedQueries, b.QueuedQueries...)
 	br := q.Tx.SendBatch(ctx, pre)
-	for range n {
+	for _, what := range whats {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return nil, err
+			return nil, &stmtError{what: what, err: err}
 		}
 	}
 	return br, nil
@@ -258,17 +271,40 @@ func (q lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return q.Tx.QueryRow(ctx, sql, args...)
 }
 
-// SendBatch sends the prelude on its own first. Should that fail, the
-// batch fails too: the transaction is aborted, or its connection gone.
+// SendBatch sends b after the prelude, in one round trip. Should the
+// prelude fail, so does every statement of b: the transaction is aborted,
+// or its connection gone.
 func (q lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	q.flush(ctx)
-	return q.Tx.SendBatch(ctx, b)
+	br, err := q.send(ctx, b)
+	if err != nil {
+		return errBatch{err}
+	}
+	return br
+}
+
+// sendBatch sends b in t's transaction: after the prelude, if any, whose
+// failure is returned (lazyTx.send), else on its own.
+func (t *tx) sendBatch(b *pgx.Batch) (pgx.BatchResults, error) {
+	if lt, ok := t.q.(lazyTx); ok {
+		return lt.send(t.ctx, b)
+	}
+	return t.q.SendBatch(t.ctx, b), nil
 }
 
 // errRow is a row whose statement was never sent.
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
+
+// errBatch is the results of a batch whose prelude failed: every
+// statement's is that failure.
+type errBatch struct{ err error }
+
+func (b errBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b errBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b errBatch) QueryRow() pgx.Row                { return errRow{b.err} }
+func (b errBatch) Close() error                     { return b.err }
+func (b errBatch) Tx() pgx.Tx                       { return nil }
 
 // lockHead locks the audit log's head for this transaction, once: every
 // append of every replica goes through it, so sequence numbers are dense
@@ -288,17 +324,12 @@ func (t *tx) lockHead() (*head, error) {
 		err = t.q.QueryRow(t.ctx, lock).Scan(&h.size, &h.lastID, &last)
 	} else {
 		// The head's own wait, then the batch's again: one round trip.
-		t.deferExec(headWait)
+		t.deferExec("set the head's lock timeout", headWait)
 		b := &pgx.Batch{}
 		b.Queue(lock)
 		b.Queue(batchLockTimeout)
 		var br pgx.BatchResults
-		if lt, ok := t.q.(lazyTx); ok {
-			br, err = lt.send(t.ctx, b)
-		} else {
-			br = t.q.SendBatch(t.ctx, b)
-		}
-		if err == nil {
+		if br, err = t.sendBatch(b); err == nil {
 			err = br.QueryRow().Scan(&h.size, &h.lastID, &last)
 			if cerr := br.Close(); err == nil {
 				err = cerr

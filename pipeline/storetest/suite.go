@@ -48,11 +48,13 @@ var Tests = []Test{
 }
 
 // Run runs the suite against a backend: one subtest per promise, in
-// parallel.
+// parallel. Each subtest logs its promise, so that go test -v says what
+// each one holds the backend to.
 func Run(t *testing.T, b Backend) {
 	for _, tc := range Tests {
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
+			t.Log(tc.Promise)
 			tc.Run(t, b)
 		})
 	}

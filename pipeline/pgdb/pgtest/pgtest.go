@@ -53,7 +53,7 @@ var (
 	templateErr  error
 	migrate      func(ctx context.Context, url string) error
 
-	dbMu sync.Mutex // CREATE DATABASE … TEMPLATE wants the template alone
+	dbMu sync.Mutex // create's, one at a time
 	dbN  int
 )
 
@@ -105,20 +105,7 @@ func Database(t testing.TB) string {
 	if templateErr != nil {
 		t.Fatalf("the template database: %v", templateErr)
 	}
-	dbMu.Lock()
-	dbN++
-	name := fmt.Sprintf("writerd_test_%d_%d", os.Getpid(), dbN)
-	err := exec1(server, "CREATE DATABASE "+name+" TEMPLATE "+template)
-	dbMu.Unlock()
-	if err != nil {
-		t.Fatalf("create a database: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := exec1(server, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop the database: %v", err)
-		}
-	})
-	return WithDatabase(server, name)
+	return WithDatabase(server, create(t, server, "writerd_test", template))
 }
 
 // Empty returns the URL of a fresh, empty database (not migrated), which
@@ -132,16 +119,33 @@ func Empty(t testing.TB) string {
 // test's own.
 func EmptyOn(t testing.TB, server string) string {
 	t.Helper()
+	return WithDatabase(server, create(t, server, "writerd_empty", ""))
+}
+
+// create creates a database on the server whose URL is server, named
+// prefix and a number of this binary's, cloned from the database template
+// if it is not "", and drops it when the test ends. It returns its name.
+func create(t testing.TB, server, prefix, template string) string {
+	t.Helper()
+	// One at a time: CREATE DATABASE … TEMPLATE wants the template alone.
 	dbMu.Lock()
 	dbN++
-	name := fmt.Sprintf("writerd_empty_%d_%d", os.Getpid(), dbN)
-	err := exec1(server, "CREATE DATABASE "+name)
+	name := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), dbN)
+	sql := "CREATE DATABASE " + name
+	if template != "" {
+		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	err := exec1(server, sql)
 	dbMu.Unlock()
 	if err != nil {
 		t.Fatalf("create a database: %v", err)
 	}
-	t.Cleanup(func() { exec1(server, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
-	return WithDatabase(server, name)
+	t.Cleanup(func() {
+		if err := exec1(server, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop the database %s: %v", name, err)
+		}
+	})
+	return name
 }
 
 // StartCluster starts a cluster of the test's own, which its end stops
@@ -183,17 +187,7 @@ func Copy(t testing.TB, url string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	server := WithDatabase(url, "postgres")
-	dbMu.Lock()
-	dbN++
-	name := fmt.Sprintf("writerd_copy_%d_%d", os.Getpid(), dbN)
-	err = exec1(server, "CREATE DATABASE "+name+" TEMPLATE "+pgx.Identifier{cfg.Database}.Sanitize())
-	dbMu.Unlock()
-	if err != nil {
-		t.Fatalf("copy the database: %v", err)
-	}
-	t.Cleanup(func() { exec1(server, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
-	return WithDatabase(url, name)
+	return WithDatabase(url, create(t, WithDatabase(url, "postgres"), "writerd_copy", cfg.Database))
 }
 
 // Exec runs a statement on the database url names, as someone with
@@ -218,16 +212,22 @@ func Value[T any](t testing.TB, url, sql string, args ...any) T {
 // its error fails the test.
 func withConn(t testing.TB, url string, fn func(ctx context.Context, c *pgx.Conn) error) {
 	t.Helper()
+	if err := connect(url, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// connect runs fn on a connection of its own to the database url names,
+// within a minute.
+func connect(url string, fn func(ctx context.Context, c *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer c.Close(ctx)
-	if err := fn(ctx, c); err != nil {
-		t.Fatal(err)
-	}
+	return fn(ctx, c)
 }
 
 func makeTemplate(server string) (string, error) {
@@ -259,15 +259,10 @@ func WithDatabase(raw, name string) string {
 
 // exec1 runs one statement on a connection of its own.
 func exec1(url, sql string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
+	return connect(url, func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, sql)
 		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	return err
+	})
 }
 
 // Options change the cluster Start starts.
