@@ -43,7 +43,11 @@ type Reader interface {
 type Writer interface {
 	Reader
 	// PutCheckpoint stores the signed checkpoint of the tree of size
-	// events.
+	// events. Storing again for a size already stored replaces that
+	// checkpoint: a tree of a size has one root, and that is how the
+	// witnesses' cosignatures are kept (the same note, its cosignature
+	// lines added; package witness). Only the cosigner stores a size
+	// again; the checkpointer signs each size once.
 	PutCheckpoint(size uint64, signed []byte) error
 }
 

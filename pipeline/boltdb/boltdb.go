@@ -76,7 +76,7 @@ func Open(dir string, inits ...func(*kv.Tx) error) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	inits = append([]func(*kv.Tx) error{boltkeys.Store{}.Init, boltlog.Init}, inits...)
+	inits = append([]func(*kv.Tx) error{boltkeys.Store{}.Init, boltlog.Init, initMeta}, inits...)
 	err = d.db.Update(func(tx *bolt.Tx) error {
 		for _, init := range inits {
 			if err := init(kv.Wrap(tx)); err != nil {

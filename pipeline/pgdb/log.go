@@ -102,10 +102,11 @@ func (l log) LatestCheckpoint() (uint64, []byte, error) {
 	return uint64(size), signed, l.t.check("read the latest checkpoint", err)
 }
 
-// PutCheckpoint stores a checkpoint; one of the same size is kept, since
-// the tree of a size has one root.
+// PutCheckpoint stores a checkpoint, replacing one of the same size: the
+// tree of a size has one root, and the cosigner stores the same note again
+// with the witnesses' cosignatures added (auditlog.Writer).
 func (l log) PutCheckpoint(size uint64, signed []byte) error {
-	_, err := l.t.exec("store a checkpoint", "INSERT INTO audit_checkpoints (size, signed) VALUES ($1, $2) ON CONFLICT (size) DO NOTHING", int64(size), signed)
+	_, err := l.t.exec("store a checkpoint", "INSERT INTO audit_checkpoints (size, signed) VALUES ($1, $2) ON CONFLICT (size) DO UPDATE SET signed = EXCLUDED.signed", int64(size), signed)
 	return err
 }
 

@@ -39,9 +39,11 @@ var Tests = []Test{
 	{"AppendSequenceAndIDs", "appends get dense sequence numbers from 1, within a transaction and across them, and ULIDs of their time that only grow, even when the clock steps back; a rolled back append leaves nothing", testAppend},
 	{"DenseSequenceAndTree", "sequence numbers are dense from 1 whatever failed or rolled back, and the tree recomputed from the events verifies against every checkpoint", testDenseTree},
 	{"Checkpoints", "checkpoints are signed when the log grew, kept in order; inclusion and consistency proofs and exports verify", testCheckpoints},
+	{"CheckpointReplaced", "a checkpoint stored again for its size replaces the first: the note with cosignature lines added comes back with them from Checkpoints and LatestCheckpoint, one per size, across a reopen, and still verifies", testCheckpointReplaced},
 	{"ReadSeamListing", "the read seam lists events by every filter, pages with a cursor, and finds events by sequence number and id", testListing},
 	// The store.
 	{"Durable", "what was committed is there after the store is closed and opened again", testDurable},
+	{"OriginRecordedOnce", "the store records its audit log's origin once, durably: none until claimed, and a second claim of another origin returns the first", testOrigin},
 	{"ClosedStoreUnavailable", "a closed store answers every transaction UNAVAILABLE, and a call with retry same_key", testClosed},
 	{"ReadyAndCommits", "an open store is ready, and tells every commit with the writes it held", testReadyAndCommits},
 	{"BuiltinTools", "the built-in tools keep their rules on the backend's domain store: unique names as compared, renames, pages, locks, non-empty projects", testBuiltinTools},

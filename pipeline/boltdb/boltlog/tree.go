@@ -102,7 +102,8 @@ func (l Log) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	return hashReader{b}.ReadHashes(indexes)
 }
 
-// PutCheckpoint stores the signed checkpoint of the tree of size events.
+// PutCheckpoint stores the signed checkpoint of the tree of size events,
+// replacing one of the same size (auditlog.Writer).
 func (l Log) PutCheckpoint(size uint64, signed []byte) error {
 	b, err := checkpointsOf(l.tx)
 	if err != nil {
