@@ -20,12 +20,18 @@ const (
 	ProblemMalformed    = "malformed"     // an event is not one canonical JSON event
 	ProblemBadSignature = "bad_signature" // a checkpoint's signature does not verify with the log's key
 	ProblemNotExtension = "not_extension" // the log does not extend a checkpoint
+	ProblemUnwitnessed  = "unwitnessed"   // no checkpoint carries the quorum of witness cosignatures asked for
 )
 
 // Problem is one thing wrong with a log, at the first sequence number it
-// concerns.
+// concerns. Where the tree's roots only bound the change (a checkpoint
+// whose root does not match, after a rewrite that left no stored leaf
+// check behind), the problem is a range: Seq is its first sequence number
+// and Last its last; the first event changed lies in it. Seq is never
+// later than the first event changed.
 type Problem struct {
-	Seq    uint64 // the first bad sequence number
+	Seq    uint64 // the first bad sequence number, or the range's first
+	Last   uint64 // the range's last sequence number; 0: Seq alone
 	Kind   string // one of the Problem kinds
 	Detail string // a sentence
 }
@@ -33,9 +39,14 @@ type Problem struct {
 // Verification is what Verify found.
 type Verification struct {
 	Events      uint64    // the size of the tree verified
-	Checkpoints int       // checkpoints whose signature and root verified
+	Checkpoints int       // the log's checkpoints whose signature and root verified
 	Root        tlog.Hash // the root of the tree of every event read
-	Problems    []Problem
+	// Pinned is the largest saved checkpoint (Input.Against) the log
+	// extends, 0 if none; Witnessed the largest of the log's checkpoints
+	// carrying the quorum of cosignatures whose root matched, 0 if none.
+	// A verification rests on them, else on the log's key alone.
+	Pinned, Witnessed uint64
+	Problems          []Problem
 }
 
 // OK reports whether the log verified.
@@ -53,7 +64,15 @@ type Stream func(yield func(seq uint64, canonical []byte, leafCheck []byte) bool
 type Input struct {
 	Key         note.Verifier // the log's verifier key
 	Checkpoints [][]byte      // the log's signed checkpoints
-	Against     []byte        // a checkpoint the auditor saved earlier, or nil
+	// Against are checkpoints the auditor saved earlier, which the log
+	// must extend.
+	Against [][]byte
+	// Witnesses are the verifiers of the witnesses the auditor trusts
+	// (c2sp.org/tlog-cosignature), and Quorum how many of them must have
+	// cosigned a checkpoint of the log for Verify to trust it as it trusts
+	// a saved one. Quorum 0 asks for none.
+	Witnesses []note.Verifier
+	Quorum    int
 	// Prefix is the tree before the first event streamed: empty for a
 	// whole log; an export of a range carries it.
 	Prefix Prefix
@@ -68,43 +87,75 @@ type Prefix struct {
 	Hashes []tlog.Hash `json:"hashes"`
 }
 
+// CosignedBy reports, by index, which of witnesses have a cosignature on
+// the signed note that verifies with their key. Each is checked on its
+// own: a note.Open over all of them fails outright on one bad
+// cosignature, which must cost only its own.
+func CosignedBy(signed []byte, witnesses []note.Verifier) []bool {
+	out := make([]bool, len(witnesses))
+	for i, w := range witnesses {
+		_, err := note.Open(signed, note.VerifierList(w))
+		out[i] = err == nil
+	}
+	return out
+}
+
+// cosigners counts the witnesses that cosigned the note.
+func cosigners(signed []byte, witnesses []note.Verifier) int {
+	n := 0
+	for _, ok := range CosignedBy(signed, witnesses) {
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
 // Verify recomputes a log's Merkle tree from its events alone and checks
-// it against the log's signed checkpoints and, if given, a checkpoint the
+// it against the log's signed checkpoints and, if given, checkpoints the
 // auditor saved earlier: every signature must verify with the key, the
 // events must be dense from 1 (or from the prefix), each in its place and
 // canonical, and the tree of each checkpoint's size must have its root. It
 // names the first bad sequence number of each problem.
 //
+// Where only a root shows a change, the problem's range starts after the
+// largest checkpoint the auditor trusts that matched (a saved one, or one
+// with the witnesses' quorum), never after one of the log's own: whoever
+// holds the key can re-sign those over a rewritten log.
+//
 // It keeps only the right edge of the tree in memory (O(log n)).
 func Verify(in Input) (*Verification, error) {
-	key, checkpoints, against, events := in.Key, in.Checkpoints, in.Against, in.Events
 	v := &Verification{}
 	type signed struct {
-		c     Checkpoint
-		saved bool // the auditor's, not the log's
+		c       Checkpoint
+		saved   bool // the auditor's, not the log's
+		trusted bool // saved, or cosigned by the witnesses' quorum
 	}
 	var want []signed
-	for _, s := range checkpoints {
-		c, err := OpenCheckpoint(s, key)
+	for _, s := range in.Checkpoints {
+		c, err := OpenCheckpoint(s, in.Key)
 		if err != nil {
 			size := uint64(0)
 			if pc, perr := ParseCheckpoint(textOf(s)); perr == nil {
 				size = pc.Size
 			}
-			v.problem(size, ProblemBadSignature, "The checkpoint of size %d does not verify with the log's key: %v.", size, err)
+			v.problem(size, 0, ProblemBadSignature, "The checkpoint of size %d does not verify with the log's key: %v.", size, err)
 			continue
 		}
-		want = append(want, signed{c: c})
+		want = append(want, signed{c: c, trusted: in.Quorum > 0 && cosigners(s, in.Witnesses) >= in.Quorum})
 	}
-	if against != nil {
-		c, err := OpenCheckpoint(against, key)
+	for _, s := range in.Against {
+		c, err := OpenCheckpoint(s, in.Key)
 		if err != nil {
-			v.problem(0, ProblemNotExtension, "The saved checkpoint is not one of this log's: %v.", err)
-		} else {
-			want = append(want, signed{c: c, saved: true})
+			v.problem(0, 0, ProblemNotExtension, "The saved checkpoint is not one of this log's: %v.", err)
+			continue
 		}
+		want = append(want, signed{c: c, saved: true, trusted: true})
 	}
 	slices.SortStableFunc(want, func(a, b signed) int { return cmpUint(a.c.Size, b.c.Size) })
+	if in.Quorum > 0 && !slices.ContainsFunc(want, func(s signed) bool { return s.trusted && !s.saved }) {
+		v.problem(0, 0, ProblemUnwitnessed, "No checkpoint of the log carries cosignatures of %d of the %d witnesses given.", in.Quorum, len(in.Witnesses))
+	}
 
 	edge, err := prefixFrontier(in.Prefix)
 	if err != nil {
@@ -113,66 +164,76 @@ func Verify(in Input) (*Verification, error) {
 	var (
 		next   = in.Prefix.Size + 1
 		broken bool // a structural problem: later roots cannot match
-		// The largest size whose root matched; the prefix's events are
-		// not in the input, so a problem is at the first event after it.
-		lastGood = in.Prefix.Size
+		// The largest size a trusted checkpoint's root matched; the
+		// prefix's events are not in the input, so a problem is at the
+		// first event after it.
+		trusted = in.Prefix.Size
 	)
 	// Checkpoints within the prefix cannot be checked against events.
 	for len(want) > 0 && want[0].c.Size < in.Prefix.Size {
 		want = want[1:]
 	}
 	check := func() {
-		// A checkpoint whose root does not match departs after the last
-		// smaller size that matched, not after another checkpoint of its
-		// own size (the log's, when a saved one does not match).
-		below := lastGood
 		for len(want) > 0 && want[0].c.Size == next-1 {
 			c := want[0]
 			want = want[1:]
 			if edge.root() == c.c.Root {
+				switch {
+				case c.saved:
+					v.Pinned = c.c.Size
+				case c.trusted:
+					v.Witnessed = c.c.Size
+				}
 				if !c.saved {
 					v.Checkpoints++
 				}
-				lastGood = c.c.Size
+				if c.trusted {
+					trusted = c.c.Size
+				}
 				continue
 			}
 			if broken {
 				continue // the earlier problem explains it
 			}
+			first, last := trusted+1, c.c.Size
+			which := "the checkpoint"
 			if c.saved {
-				v.problem(below+1, ProblemNotExtension, "The log does not extend the saved checkpoint of size %d: its first %d events have another root; an event at or after %d was changed.", c.c.Size, c.c.Size, below+1)
-			} else {
-				v.problem(below+1, ProblemEdited, "The first %d events do not hash to the root the checkpoint of size %d signed: an event at or after %d was changed.", c.c.Size, c.c.Size, below+1)
+				which = "the saved checkpoint"
 			}
+			kind := ProblemEdited
+			if c.saved {
+				kind = ProblemNotExtension
+			}
+			v.problem(first, last, kind, "The first %d events do not hash to the root %s of size %d signed: %s was changed.", c.c.Size, which, c.c.Size, changed(first, last))
 			broken = true
 		}
 	}
 	check() // a checkpoint of the empty tree
-	err = events(func(seq uint64, canonical []byte, leafCheck []byte) bool {
+	err = in.Events(func(seq uint64, canonical []byte, leafCheck []byte) bool {
 		switch {
 		case broken:
 		case seq > next:
-			v.problem(next, ProblemMissing, "Event %d is missing: the next one stored is %d.", next, seq)
+			v.problem(next, 0, ProblemMissing, "Event %d is missing: the next one stored is %d.", next, seq)
 			broken = true
 		case seq < next:
-			v.problem(seq, ProblemReordered, "Event %d is stored out of order, after event %d.", seq, next-1)
+			v.problem(seq, 0, ProblemReordered, "Event %d is stored out of order, after event %d.", seq, next-1)
 			broken = true
 		}
 		if broken {
 			return true
 		}
 		if held, ok := seqOf(canonical); !ok {
-			v.problem(seq, ProblemMalformed, "Event %d is not an audit event in canonical JSON.", seq)
+			v.problem(seq, 0, ProblemMalformed, "Event %d is not an audit event in canonical JSON.", seq)
 			broken = true
 			return true
 		} else if held != seq {
-			v.problem(seq, ProblemReordered, "Event %d holds the event of sequence number %d: events were moved.", seq, held)
+			v.problem(seq, 0, ProblemReordered, "Event %d holds the event of sequence number %d: events were moved.", seq, held)
 			broken = true
 			return true
 		}
 		h := tlog.RecordHash(canonical)
 		if leafCheck != nil && !bytes.HasPrefix(h[:], leafCheck) {
-			v.problem(seq, ProblemEdited, "Event %d was changed after it was appended: its bytes no longer hash to its leaf.", seq)
+			v.problem(seq, 0, ProblemEdited, "Event %d was changed after it was appended: its bytes no longer hash to its leaf.", seq)
 			broken = true
 			return true
 		}
@@ -195,14 +256,25 @@ func Verify(in Input) (*Verification, error) {
 		if c.saved {
 			kind = ProblemNotExtension
 		}
-		v.problem(count+1, kind, "The log ends at event %d, but a checkpoint signs %d events: events %d to %d are missing.", count, c.c.Size, count+1, c.c.Size)
+		v.problem(count+1, c.c.Size, kind, "The log ends at event %d, but a checkpoint signs %d events: events %d to %d are missing.", count, c.c.Size, count+1, c.c.Size)
 		break
 	}
 	return v, nil
 }
 
-func (v *Verification) problem(seq uint64, kind, format string, args ...any) {
-	v.Problems = append(v.Problems, Problem{Seq: seq, Kind: kind, Detail: fmt.Sprintf(format, args...)})
+// changed says which event was changed, for a problem from first to last.
+func changed(first, last uint64) string {
+	if first == last {
+		return fmt.Sprintf("event %d", first)
+	}
+	return fmt.Sprintf("an event from %d to %d", first, last)
+}
+
+func (v *Verification) problem(seq, last uint64, kind, format string, args ...any) {
+	if last == seq {
+		last = 0
+	}
+	v.Problems = append(v.Problems, Problem{Seq: seq, Last: last, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 }
 
 func cmpUint(a, b uint64) int {

@@ -182,7 +182,11 @@ func (l *signedLog) verify(against []byte) *auditlog.Verification {
 		if err != nil {
 			return err
 		}
-		v, err = auditlog.Verify(auditlog.Input{Key: l.key.Verifier, Checkpoints: cps, Against: against, Events: boltlog.Bind(kv.Wrap(tx)).Leaves(1)})
+		in := auditlog.Input{Key: l.key.Verifier, Checkpoints: cps, Events: boltlog.Bind(kv.Wrap(tx)).Leaves(1)}
+		if against != nil {
+			in.Against = [][]byte{against}
+		}
+		v, err = auditlog.Verify(in)
 		return err
 	})
 	return v
