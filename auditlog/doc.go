@@ -19,6 +19,11 @@
 // consistency proofs, exports. The Checkpointer signs checkpoints by one
 // policy (every N events, every interval, at shutdown) over Storage.
 //
+// The log is also cut into C2SP tlog-tiles (tiles.go: the tree's hash
+// tiles and entry bundles of the events' canonical JSON, bounded by a
+// signed tree size), which generic transparency-log clients read and
+// authenticate against a checkpoint with no writerd code.
+//
 // Verify recomputes the tree from a Stream of events and checks it against
 // the checkpoints, keeping O(log n) memory; ReadExport streams an export,
 // so that an auditor verifies with no database and no daemon. The audit
