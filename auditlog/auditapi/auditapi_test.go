@@ -49,7 +49,8 @@ func mustProtocol(t *testing.T) *protocol {
 	}
 	log := pipeline.AuditStorage[handlers.Store](e.Store)
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := &auditapi.Server{Log: log, VerifierKey: key.VerifierKey, Logger: discard,
+	cp := &auditlog.Checkpointer{Storage: log, Key: key, Every: 1, Interval: time.Hour, Logger: discard}
+	srv := &auditapi.Server{Log: log, VerifierKey: key.VerifierKey, Logger: discard, Sign: cp.Sign,
 		Caller: func(ctx context.Context) (pipeline.Caller, bool) {
 			c, ok := ctx.Value(callerKey{}).(pipeline.Caller)
 			return c, ok
@@ -67,8 +68,7 @@ func mustProtocol(t *testing.T) *protocol {
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	base, _ := url.Parse(ts.URL)
-	p := &protocol{env: e, key: key, local: auditapi.Local{Log: log}, client: auditapi.NewClient(base, "audit"), base: base,
-		cp: &auditlog.Checkpointer{Storage: log, Key: key, Every: 1, Interval: time.Hour, Logger: discard}}
+	p := &protocol{env: e, key: key, local: auditapi.Local{Log: log}, client: auditapi.NewClient(base, "audit"), base: base, cp: cp}
 	t.Cleanup(func() { p.client.Close() })
 	return p
 }

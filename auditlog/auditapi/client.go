@@ -46,9 +46,14 @@ const maxAnswer = 256 << 20
 // get sends a GET and returns the answer of a 200; any other status is an
 // error that says what to do.
 func (c *Client) get(ctx context.Context, path string, q url.Values) (*http.Response, error) {
+	return c.do(ctx, http.MethodGet, path, q)
+}
+
+// do sends a request without a body, as get does.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values) (*http.Response, error) {
 	u := c.base.JoinPath(path)
 	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -82,6 +87,8 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) (*http.Resp
 		return nil, errors.New("the daemon refused the token (401): it is not in its tokens file, or was revoked")
 	case resp.StatusCode == http.StatusForbidden && code == "PERMISSION_DENIED":
 		return nil, errors.New("the token lacks the audit scope: make one with writerd token new --scopes audit")
+	case resp.StatusCode == http.StatusMethodNotAllowed && method == http.MethodPost:
+		return nil, fmt.Errorf("the daemon at %s signs no checkpoint on request: it is older than this writerd", c.base.Redacted())
 	case resp.StatusCode == http.StatusNotFound && code == "":
 		return nil, fmt.Errorf("the daemon at %s serves no audit API (404 on %s): is it a writerd serve with audit support?", c.base.Redacted(), u.Path)
 	case resp.StatusCode == http.StatusNotFound && (path == pathCheckpoint || path == pathExport):
@@ -202,8 +209,12 @@ func (c *Client) Event(ctx context.Context, ref string) (*ProvenEvent, error) {
 		if answer.Event == nil {
 			return nil, errors.New("the daemon sent an answer without its event")
 		}
-		p := &ProvenEvent{Event: answer.Event, Proof: answer.Proof, Checkpoint: signed}
-		if p.Canonical, err = p.Event.Canonical(); err != nil {
+		p := &ProvenEvent{Event: answer.Event, Proof: answer.Proof, Checkpoint: signed, Canonical: answer.Leaf}
+		if p.Canonical == nil { // a daemon from before leaves were sent
+			if p.Canonical, err = p.Event.Canonical(); err != nil {
+				return nil, err
+			}
+		} else if err := sameEvent(p.Event, p.Canonical); err != nil {
 			return nil, err
 		}
 		size := uint64(0)
@@ -218,6 +229,32 @@ func (c *Client) Event(ctx context.Context, ref string) (*ProvenEvent, error) {
 			return p, nil
 		}
 	}
+}
+
+// sameEvent checks that the event a daemon sent is the one its leaf
+// holds: what is shown is what the proof proves.
+func sameEvent(e *auditlog.Event, leaf []byte) error {
+	held, err := auditlog.DecodeEvent(leaf)
+	if err != nil {
+		return errors.New("the daemon sent a leaf that is not an audit event")
+	}
+	a, err1 := held.Canonical()
+	b, err2 := e.Canonical()
+	if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
+		return fmt.Errorf("the daemon sent event %d with a leaf that holds another event", e.Seq)
+	}
+	return nil
+}
+
+// SignNow asks the daemon to sign a checkpoint of its log as it is now
+// (at most once a second), and returns the latest checkpoint then.
+func (c *Client) SignNow(ctx context.Context) ([]byte, error) {
+	resp, err := c.do(ctx, http.MethodPost, pathCheckpoint, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 }
 
 func (c *Client) Checkpoint(ctx context.Context) ([]byte, error) {

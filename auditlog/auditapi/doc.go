@@ -12,7 +12,9 @@
 // byte for byte, whether it reads a data directory or a running daemon.
 //
 // The server answers errors with the pipeline's envelope and refuses a
-// caller without the audit scope; it is read-only. The package imports no
+// caller without the audit scope; it is read-only. Below /v1/audit/tlog/
+// it serves the log as C2SP tlog-tiles (tlog.go), which TlogPublic opens
+// to callers without a token. The package imports no
 // storage: the daemon's HTTP edge (mcp/httpapi) mounts the server's
 // routes behind its own authentication.
 package auditapi

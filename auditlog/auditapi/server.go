@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -28,7 +29,23 @@ type Server struct {
 	// request's context.
 	Caller func(ctx context.Context) (pipeline.Caller, bool)
 	Logger *slog.Logger
+	// Sign, if set, signs a checkpoint of the log as it is now, unless it
+	// did not grow since the latest (auditlog.Checkpointer.Sign): POST
+	// /v1/audit/checkpoint, at most once a second.
+	Sign func(ctx context.Context) (bool, error)
+	// TlogPublic serves the tlog paths (tlog.go: the checkpoint and the
+	// tiles, read-only) to anyone, without a token: writerd serve
+	// --audit-public, for monitors and witnesses. The rest stays guarded.
+	TlogPublic bool
+
+	signing  sync.Mutex // one sign-now at a time, SignEvery apart
+	lastSign time.Time
 }
+
+// SignEvery is the shortest time between two checkpoints signed on
+// request (POST /v1/audit/checkpoint): a request sooner waits for it, so
+// that no caller can make the daemon sign in a loop.
+const SignEvery = time.Second
 
 // Register adds the protocol's routes to mux, each behind guard (the
 // daemon's authentication), so that the daemon's edge counts and logs
@@ -44,6 +61,10 @@ func (s *Server) Register(mux *http.ServeMux, guard func(http.Handler) http.Hand
 		"GET " + pathExport:          s.export,
 	} {
 		mux.Handle(pattern, guard(s.auditScope(h)))
+	}
+	s.registerTlog(mux, guard) // tlog.go
+	if s.Sign != nil {
+		mux.Handle("POST "+pathCheckpoint, guard(s.auditScope(s.signNow)))
 	}
 }
 
@@ -80,6 +101,12 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, err error) {
 		if e = pipeline.Public(err); e.Code == pipeline.Internal {
 			s.Logger.Error("audit API", "request_id", pipeline.RequestID(r.Context()), "cause", cause)
 		}
+	case errors.As(err, new(*auditlog.DamageError)):
+		// The daemon's own check of its log failed: it signs nothing
+		// more until it restarts. The sentence names the first bad event,
+		// which an auditor may know (it reads the log anyway).
+		s.Logger.Warn("audit API: no checkpoint signed", "request_id", pipeline.RequestID(r.Context()), "cause", err.Error())
+		e = pipeline.Errorf(pipeline.Unavailable, "The daemon signs no checkpoint: %s; writerd audit verify says more.", err.Error())
 	case errors.Is(err, auditlog.ErrNotFound), errors.Is(err, ErrNoEvent):
 		e = pipeline.Errorf(pipeline.NotFound, "The audit log has no such event or checkpoint.")
 	case errors.Is(err, auditlog.ErrNoCheckpoint):
@@ -194,7 +221,7 @@ func (s *Server) event(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, r, err)
 		return
 	}
-	writeJSON(w, EventAnswer{Event: p.Event, Proof: p.Proof})
+	writeJSON(w, EventAnswer{Event: p.Event, Leaf: p.Canonical, Proof: p.Proof})
 }
 
 // checkpoint serves the latest signed checkpoint, as its note.
@@ -207,6 +234,30 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 	}) {
 		writeText(w, signed)
 	}
+}
+
+// signNow signs a checkpoint of the log as it is now, then serves the
+// latest, as GET does: an auditor who wants every event so far covered
+// (writerd audit checkpoint --now) need not wait for the interval.
+func (s *Server) signNow(w http.ResponseWriter, r *http.Request) {
+	s.signing.Lock()
+	wait := time.Until(s.lastSign.Add(SignEvery))
+	if wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-r.Context().Done():
+			s.signing.Unlock()
+			return
+		}
+	}
+	_, err := s.Sign(r.Context())
+	s.lastSign = time.Now()
+	s.signing.Unlock()
+	if err != nil {
+		s.answer(w, r, err)
+		return
+	}
+	s.checkpoint(w, r)
 }
 
 // checkpoints serves every signed checkpoint, smallest tree first.
@@ -244,6 +295,10 @@ func (s *Server) consistency(w http.ResponseWriter, r *http.Request) {
 
 // key serves the verifier key of the log's checkpoints.
 func (s *Server) key(w http.ResponseWriter, r *http.Request) {
+	if s.VerifierKey == "" { // the store, and so the log's key, is not open yet
+		fail(w, r, pipeline.Errorf(pipeline.Unavailable, "The daemon's store is not open yet, so the log's key is not known; try again shortly."))
+		return
+	}
 	writeText(w, []byte(s.VerifierKey+"\n"))
 }
 

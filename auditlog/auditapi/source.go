@@ -1,6 +1,7 @@
 package auditapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -127,11 +128,14 @@ func (l Local) proven(ctx context.Context, seq uint64, id string) (*ProvenEvent,
 		if err != nil {
 			return err
 		}
-		// The leaf as a client makes it of the event it was sent, so that
-		// both sources prove the same bytes.
-		if p.Canonical, err = p.Event.Canonical(); err != nil {
+		// The leaf as stored, the bytes the tree holds, which the server
+		// sends beside the event, so that a client hashes them and not
+		// its own encoding of the event.
+		leaf, err := r.Leaf(p.Event.Seq)
+		if err != nil {
 			return err
 		}
+		p.Canonical = bytes.Clone(leaf)
 		size, signed, err := r.LatestCheckpoint()
 		if errors.Is(err, auditlog.ErrNotFound) {
 			return nil

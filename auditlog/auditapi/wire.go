@@ -38,10 +38,13 @@ type Proof struct {
 	Hashes []tlog.Hash `json:"hashes"`
 }
 
-// EventAnswer is one event, with its inclusion proof in the tree of the
+// EventAnswer is one event, the leaf the tree holds of it (its stored
+// canonical JSON, base64 on the wire: a client hashes these bytes, not its
+// own encoding of Event), and its inclusion proof in the tree of the
 // latest checkpoint if that covers it.
 type EventAnswer struct {
 	Event *auditlog.Event `json:"event"`
+	Leaf  []byte          `json:"leaf"`
 	Proof *Proof          `json:"proof,omitempty"`
 }
 

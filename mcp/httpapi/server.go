@@ -65,7 +65,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("/", s.notFound)
 	if cfg.Audit != nil {
-		api := &auditapi.Server{Log: cfg.Audit.Log, VerifierKey: cfg.Audit.VerifierKey, Caller: cfg.Caller, Logger: cfg.Logger}
+		api := &auditapi.Server{Log: cfg.Audit.Log, VerifierKey: cfg.Audit.VerifierKey, Sign: cfg.Audit.Sign, TlogPublic: cfg.Audit.Public, Caller: cfg.Caller, Logger: cfg.Logger}
 		api.Register(mux, cfg.Authenticate)
 	}
 	s.mux = mux
@@ -77,6 +77,13 @@ func New(cfg Config) http.Handler {
 type Audit struct {
 	Log         auditlog.Viewer
 	VerifierKey string
+	// Sign, if set, signs a checkpoint of the log now (POST
+	// /v1/audit/checkpoint).
+	Sign func(ctx context.Context) (bool, error)
+	// Public serves the audit API's tlog paths (/v1/audit/tlog/: the
+	// checkpoint and the tiles, read-only) without Authenticate, to
+	// monitors and witnesses; every other path stays behind it.
+	Public bool
 }
 
 type server struct {
