@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
@@ -23,9 +24,15 @@ import (
 // Config is what a daemon is made of, besides its transports.
 type Config struct {
 	Store StoreConfig
-	// KeyFile is the audit signing key, created (mode 0600) with a new
-	// origin if missing.
+	// KeyFile is the audit signing key's file (--audit-key), created
+	// (mode 0600) with a new origin if missing. If "", the key is the
+	// file of the log's origin, which the store records, in KeyDir
+	// (created there, with a new origin, for a fresh install), or an
+	// earlier writerd's <data>/audit-signing.key, with a warning. A
+	// PostgreSQL store needs it: its replicas share one key.
 	KeyFile string
+	// KeyDir is the key directory; default auditlog.KeyDir().
+	KeyDir string
 	// NewOrigin names the log of a new key; default: writerd/ and 16 hex
 	// digits of its own.
 	NewOrigin func() string
@@ -38,6 +45,17 @@ type Config struct {
 	// (auditlog.Checkpointer): defaults 1000 events, and a minute.
 	CheckpointEvery    uint64
 	CheckpointInterval time.Duration
+	// SelfCheckRate and SelfCheckEvery are the background pass over the
+	// whole audit log (auditlog.Checkpointer's CheckRate, CheckEvery):
+	// defaults 20,000 events a second, and every 6 hours.
+	SelfCheckRate  int
+	SelfCheckEvery time.Duration
+
+	// Witnesses are sent each checkpoint (package auditlog/witness), by
+	// the process that signs; WitnessQuorum is how many must cosign it
+	// (0: all of them), which decides what is logged and counted.
+	Witnesses     []*witness.Witness
+	WitnessQuorum int
 
 	Logger  *slog.Logger // default: discard
 	Version string       // for writerd_build_info and MCP's serverInfo
@@ -59,7 +77,10 @@ type Config struct {
 // checkpointer, the key collector). serve, bench and the tests build one
 // with Open, and put transports in front of it (transports.go).
 type Daemon struct {
-	Store    *Pending
+	Store *Pending
+	// Key is the audit log's signing key; where the store opens in the
+	// background and the key is found by the log's origin, nil until the
+	// store opened (read it after Store.Opened, or use SigningKey).
 	Key      *auditlog.Key
 	Pipeline *pipeline.Pipeline[handlers.Store]
 	Registry *prometheus.Registry
@@ -69,6 +90,9 @@ type Daemon struct {
 	cfg          Config
 	log          *slog.Logger
 	checkpointer *auditlog.Checkpointer
+	cosigner     *witness.Cosigner // nil without witnesses
+	mu           sync.Mutex
+	raw          Store // the store once open, for the checkpointer (rawAudit)
 }
 
 // KeyError is a failure to load or make the audit signing key.
@@ -80,7 +104,9 @@ func (e *KeyError) Unwrap() error { return e.Err }
 // Open assembles a daemon. Its store opens as OpenStore does: a held or
 // unreachable store is served UNAVAILABLE until it opens, anything else
 // that keeps it from opening is an error of one sentence, without a path.
-// A failure to load the key is a *KeyError.
+// A failure to find or load the key is a *KeyError. A log that fails its
+// self-check at start-up (auditlog.Checkpointer.Start) is refused as a
+// damaged file is: with one sentence naming the first bad event.
 func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -98,44 +124,46 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.CheckpointInterval = time.Minute
 	}
 	// A shared store records the origin of the first key it is opened
-	// with, and refuses another: its key comes first. The file of a store
-	// of one process comes first, so that a data directory that cannot be
-	// made is named as the store's.
-	var key *auditlog.Key
-	loadKey := func() error {
-		var err error
-		if key, err = auditlog.LoadKey(cfg.KeyFile, cfg.NewOrigin(), true); err != nil {
-			return &KeyError{err}
-		}
-		return nil
-	}
+	// with, and refuses another: its key comes first. A store of one
+	// process names its log's key by the origin it records, so the key is
+	// found once it is open.
+	d := &Daemon{Registry: prometheus.NewRegistry(), cfg: cfg, log: cfg.Logger}
+	d.checkpointer = &auditlog.Checkpointer{Storage: rawAudit{d},
+		Every: cfg.CheckpointEvery, Interval: cfg.CheckpointInterval, Logger: cfg.Logger, Lead: d.leads,
+		CheckRate: cfg.SelfCheckRate, CheckEvery: cfg.SelfCheckEvery,
+		OnSigned: func() { d.cosigner.Poke() }} // nil-safe: no witnesses, no cosigner
 	if cfg.Store.Postgres() {
-		if err := loadKey(); err != nil {
-			return nil, err
+		if cfg.KeyFile == "" {
+			return nil, &KeyError{errors.New("a PostgreSQL store needs the file of its replicas' audit signing key (--audit-key)")}
 		}
-		cfg.Store.Origin = key.Signer.Name()
+		key, err := auditlog.LoadKey(cfg.KeyFile, cfg.NewOrigin(), true)
+		if err != nil {
+			return nil, &KeyError{err}
+		}
+		d.cfg.Store.Origin = key.Signer.Name()
+		d.setKey(key, auditlog.StatePath(cfg.KeyFile))
 	}
-	store, err := OpenStore(ctx, cfg.Store)
+	store, err := openPending(ctx, func() (Store, error) { return d.open(ctx) })
 	var damaged *DamagedError
+	var keyErr *KeyError
+	var logDamage *auditlog.DamageError
+	var stateErr *auditlog.StateError
 	switch {
 	case errors.As(err, &damaged):
 		return nil, errors.New(err.Error() + "; run writerd check --data DIR to list the damage")
-	case errors.Is(err, ErrOtherOrigin):
+	case errors.As(err, &logDamage):
+		return nil, errors.New(err.Error() + "; writerd signs no checkpoint over it: run writerd audit verify and writerd check on the store to list the damage")
+	case errors.Is(err, ErrOtherOrigin), errors.As(err, &keyErr), errors.As(err, &stateErr):
 		return nil, err
 	case err != nil:
 		return nil, fmt.Errorf("the store cannot be opened: %w", err)
 	}
-	if key == nil {
-		if err := loadKey(); err != nil {
-			store.Close()
-			return nil, err
-		}
-	}
-
-	d := &Daemon{Store: store, Key: key, Registry: prometheus.NewRegistry(), cfg: cfg, log: cfg.Logger}
+	d.Store = store
 	d.Metrics = metrics.New(d.Registry)
 	metrics.RegisterProcess(d.Registry, cfg.Version, runtime.Version())
+	metrics.RegisterSelfCheck(d.Registry, d.checkpointer.Verified)
 	store.ObserveCommits(func(t time.Duration, writes int) {
+		d.checkpointer.Appended() // --checkpoint-every signs as soon as it is due
 		d.Metrics.Commit(t, writes)
 		if cfg.OnCommit != nil {
 			cfg.OnCommit(t, writes)
@@ -156,9 +184,54 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.Tools = len(tools)
-	d.checkpointer = &auditlog.Checkpointer{Storage: d.Audit(), Key: key,
-		Every: cfg.CheckpointEvery, Interval: cfg.CheckpointInterval, Logger: cfg.Logger, Lead: d.leads}
+	if len(cfg.Witnesses) > 0 {
+		if cfg.WitnessQuorum < 0 || cfg.WitnessQuorum > len(cfg.Witnesses) {
+			store.Close()
+			return nil, fmt.Errorf("a witness quorum of %d is more than the %d witnesses given", cfg.WitnessQuorum, len(cfg.Witnesses))
+		}
+		// Its key, where the store opens in the background, is set as Run
+		// finds the store open.
+		d.cosigner = &witness.Cosigner{Storage: d.Audit(), Key: d.Key, Witnesses: cfg.Witnesses, Quorum: cfg.WitnessQuorum,
+			Lead: d.leads, Logger: cfg.Logger, Metrics: metrics.NewWitnesses(d.Registry)}
+	}
 	return d, nil
+}
+
+// open opens the store once, as Pending tries it: on bbolt it then finds
+// the log's key by the origin the store records; and the checkpointer
+// checks the log (auditlog.Checkpointer.Start) before the store is
+// served, so that a damaged log is refused before any write lands on it.
+func (d *Daemon) open(ctx context.Context) (Store, error) {
+	s, err := open(ctx, d.cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	if !d.cfg.Store.Postgres() {
+		if err := d.bindKey(ctx, s); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	d.mu.Lock()
+	d.raw = s
+	d.mu.Unlock()
+	if err := d.checkpointer.Start(ctx); err != nil {
+		d.mu.Lock()
+		d.raw = nil
+		d.mu.Unlock()
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ready reports whether the daemon serves: its store open and taking
+// writes, and its audit log not failed its self-check (for /readyz).
+func (d *Daemon) Ready(ctx context.Context) error {
+	if err := d.checkpointer.Damaged(); err != nil {
+		return err
+	}
+	return d.Store.Ready(ctx)
 }
 
 // Audit is the audit log's storage, as the audit API and the checkpointer
@@ -175,6 +248,25 @@ func (d *Daemon) leads(ctx context.Context) bool {
 
 // Checkpointer returns the daemon's checkpointer, which Run runs.
 func (d *Daemon) Checkpointer() *auditlog.Checkpointer { return d.checkpointer }
+
+// Cosigner returns the daemon's witness cosigner, which Run runs, or nil
+// without witnesses. Poke it after signing a checkpoint out of turn.
+func (d *Daemon) Cosigner() *witness.Cosigner { return d.cosigner }
+
+// lastCosign bounds the round that sends the checkpoint signed at
+// shutdown to the witnesses; a witness in its backoff is not waited for.
+const lastCosign = 5 * time.Second
+
+// cosignLast sends the checkpoint signed at shutdown to the witnesses,
+// once, for at most lastCosign.
+func (d *Daemon) cosignLast() {
+	if d.cosigner == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lastCosign)
+	defer cancel()
+	d.cosigner.Round(ctx)
+}
 
 // Run does the daemon's background work until ctx ends: it waits for the
 // store to open, logging once that it waits and once that it opened, and
@@ -206,13 +298,20 @@ func (d *Daemon) Run(ctx context.Context) {
 		return
 	}
 	if waited {
-		d.log.Info("store opened")
+		d.log.Info("store opened", "audit_origin", d.Origin())
+	}
+	if d.cosigner != nil && d.cosigner.Key == nil {
+		d.cosigner.Key = d.Key // found as the store opened
 	}
 	for _, damage := range Warnings(s) {
 		d.log.Warn("store damaged", "damage", damage, "advice", "run writerd check")
 	}
 	var signing sync.WaitGroup
-	signing.Go(func() { d.checkpointer.Run(ctx) })
+	signing.Go(func() {
+		d.checkpointer.Run(ctx)
+		d.cosignLast()
+	})
+	signing.Go(func() { d.cosigner.Run(ctx) })
 	d.Pipeline.Run(ctx)
 	signing.Wait()
 }

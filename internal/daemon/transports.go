@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -24,6 +25,9 @@ type HTTP struct {
 	Caller func(ctx context.Context) (pipeline.Caller, bool)
 	// MaxBody caps a request's body; 0: httpapi.DefaultMaxBody.
 	MaxBody int64
+	// AuditPublic serves the audit log's tlog paths (the checkpoint and
+	// the tiles) to callers without a token (httpapi.Audit.Public).
+	AuditPublic bool
 }
 
 // HTTPHandler is the daemon's HTTP edge (package httpapi): MCP Streamable
@@ -38,16 +42,50 @@ func (d *Daemon) HTTPHandler(h HTTP) http.Handler {
 			return caller
 		},
 	})
-	return httpapi.New(httpapi.Config{
-		Pipeline: d.Pipeline,
-		MCP: mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: d.log,
-			OnRefuse: func(kind string) { d.Metrics.TransportError(pipeline.TransportHTTP, kind) }}),
-		Authenticate: h.Authenticate,
-		Caller:       h.Caller,
-		Ready:        d.Store.Ready,
-		Audit:        &httpapi.Audit{Log: d.Audit(), VerifierKey: d.Key.VerifierKey},
-		Gatherer:     d.Registry, Metrics: d.Metrics, Logger: d.log, MaxBody: h.MaxBody,
+	mcpHandler := mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: d.log,
+		OnRefuse: func(kind string) { d.Metrics.TransportError(pipeline.TransportHTTP, kind) }})
+	return d.withVerifierKey(func(vkey string) http.Handler {
+		return httpapi.New(httpapi.Config{
+			Pipeline:     d.Pipeline,
+			MCP:          mcpHandler,
+			Authenticate: h.Authenticate,
+			Caller:       h.Caller,
+			Ready:        d.Ready,
+			Audit:        &httpapi.Audit{Log: d.Audit(), VerifierKey: vkey, Sign: d.checkpointer.Sign, Public: h.AuditPublic},
+			Gatherer:     d.Registry, Metrics: d.Metrics, Logger: d.log, MaxBody: h.MaxBody,
+		})
 	})
+}
+
+// withVerifierKey builds the HTTP handler with the log's verifier key.
+// Where the store opens in the background and the key is found by the
+// log's origin, which only the open store tells, the key is not known
+// yet: until it is, the handler is built without it (every read of the
+// audit log answers UNAVAILABLE meanwhile, as the store does; the key's
+// own path, an empty line), and built again with it once the store
+// opened. MCP sessions live in the MCP handler, which both share.
+func (d *Daemon) withVerifierKey(build func(vkey string) http.Handler) http.Handler {
+	if k := d.SigningKey(); k != nil {
+		return build(k.VerifierKey)
+	}
+	h := &lateHandler{}
+	first := build("")
+	h.h.Store(&first)
+	go func() {
+		<-d.Store.Opened()
+		if k := d.SigningKey(); k != nil {
+			next := build(k.VerifierKey)
+			h.h.Store(&next)
+		}
+	}()
+	return h
+}
+
+// lateHandler serves with the handler last stored.
+type lateHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*l.h.Load()).ServeHTTP(w, r)
 }
 
 // HTTPServer is HTTPHandler on a server with every timeout set.
