@@ -15,13 +15,14 @@ import (
 	"time"
 	"unicode"
 
+	"filippo.io/torchwood"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/writerd/writerd/auditlog"
 )
 
 // AuditCommand reads and verifies the audit log: writerd audit list|show|
-// verify|checkpoint|export|tail|key, against a data directory that no
+// verify|checkpoint|export|publish|tail|key, against a data directory that no
 // daemon holds (--data) or a running daemon's audit API (--server).
 type AuditCommand struct {
 	Stdout, Stderr io.Writer
@@ -42,6 +43,8 @@ Commands:
   checkpoint   print the latest signed checkpoint, to keep elsewhere
   export       write the events and their checkpoint as JSON Lines that
                verify offline
+  publish      write the log as C2SP tlog-tiles into a directory that any
+               web server or bucket can serve, updated incrementally
   tail         print the newest events; --follow keeps printing new ones
   key          print the verifier key that checkpoints are signed with
 
@@ -61,7 +64,9 @@ Where the log is read:
 The checkpoints are checked with a verifier key: the one --key gives (the
 text writerd audit key prints, or a file holding it) if given, else the
 log's own (from the daemon with --server; with --data, the second line of
-the daemon's key file, <data>/audit-signing.key or --audit-key). A key from
+the daemon's key file, found as serve finds it: the key of the log's origin
+in $XDG_CONFIG_HOME/writerd/audit-keys/, else ~/.config/writerd/audit-keys/,
+or an earlier writerd's <data>/audit-signing.key; or --audit-key). A key from
 the log's own host proves nothing against whoever controls that host: an
 auditor keeps the key from the first day and passes --key.
 
@@ -95,7 +100,7 @@ Flags shared by the commands:
 
 // auditCommands are writerd audit's commands, in the order the usage
 // lists them.
-var auditCommands = []string{"list", "show", "verify", "checkpoint", "export", "tail", "key"}
+var auditCommands = []string{"list", "show", "verify", "checkpoint", "export", "publish", "tail", "key"}
 
 // commands returns the audit commands, wired to the streams.
 func (c *AuditCommand) commands() map[string]command {
@@ -105,6 +110,7 @@ func (c *AuditCommand) commands() map[string]command {
 		"verify":     &auditVerify{Stdout: c.Stdout, Stderr: c.Stderr},
 		"checkpoint": &auditCheckpoint{Stdout: c.Stdout, Stderr: c.Stderr},
 		"export":     &auditExport{Stdout: c.Stdout, Stderr: c.Stderr},
+		"publish":    &auditPublish{Stdout: c.Stdout, Stderr: c.Stderr},
 		"tail":       &auditTail{Stdout: c.Stdout, Stderr: c.Stderr},
 		"key":        &auditKey{Stdout: c.Stdout, Stderr: c.Stderr},
 	}
@@ -175,7 +181,7 @@ func (a *auditFrom) define(fs *flagSet, key, auditKey bool) {
 		fs.StringVar(&a.key, "key", "", "check checkpoints with this verifier `key`: the text writerd audit key prints, or a file holding it (default: the log's own)")
 	}
 	if auditKey {
-		fs.StringVar(&a.auditKey, "audit-key", "", "with --data or --store: the daemon's key `file`, whose second line is the verifier key (default <data>/"+auditKeyFile+"; none with --store)")
+		fs.StringVar(&a.auditKey, "audit-key", "", "with --data or --store: the daemon's key `file`, whose second line is the verifier key (default: the log's own in "+keyDirDefault+", as serve finds it; none with --store)")
 	}
 }
 
@@ -227,7 +233,8 @@ func (a *auditFrom) open(ctx context.Context) (source, error) {
 				return nil, err
 			}
 		case !store.Postgres():
-			keyFile = filepath.Join(store.Data, auditKeyFile)
+			// The key of the log's origin, found as serve finds it
+			// (localSource.VerifierKey).
 		case fs.Lookup("audit-key") != nil && fs.Lookup("key") == nil: // audit key: the key can only come from its file
 			return nil, fs.fail("a PostgreSQL store keeps no key beside it: give the replicas' key file with --audit-key")
 		}
@@ -304,6 +311,52 @@ func parseKeyFlag(s string) (note.Verifier, string, error) {
 		return nil, "", fmt.Errorf("--key names a file that holds no verifier key (writerd audit key prints one)")
 	}
 	return v, text, nil
+}
+
+// parseWitnessKeys reads --witness values: each a witness's verifier key
+// (c2sp.org/tlog-cosignature, as litewitness prints it; or a plain
+// Ed25519 note key), or a file holding one.
+func parseWitnessKeys(values []string) ([]note.Verifier, error) {
+	var out []note.Verifier
+	for _, s := range values {
+		text := strings.TrimSpace(s)
+		v, err := witnessVerifier(text)
+		if err != nil {
+			b, rerr := os.ReadFile(expandHome(s))
+			if rerr != nil {
+				return nil, fmt.Errorf("--witness is neither a witness's verifier key nor a file that can be read: %w", pathless(rerr))
+			}
+			if text, err = verifierLine(b); err == nil {
+				v, err = witnessVerifier(text)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("--witness names a file that holds no witness verifier key")
+			}
+		}
+		for _, o := range out {
+			if o.Name() == v.Name() && o.KeyHash() == v.KeyHash() {
+				return nil, fmt.Errorf("--witness %s is given twice; a quorum counts each witness once", v.Name())
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// witnessVerifier parses a witness's verifier key.
+func witnessVerifier(text string) (note.Verifier, error) {
+	if v, err := torchwood.NewCosignatureVerifier(text); err == nil {
+		return v, nil
+	}
+	return note.NewVerifier(text)
+}
+
+// givenFlag reports whether flag name was given on the command line, not
+// taken from the environment.
+func givenFlag(fs *flagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name && !fs.fromEnv[name] })
+	return found
 }
 
 // verifierLine returns the verifier key in a file: its one line, or the

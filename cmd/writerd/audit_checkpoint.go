@@ -11,9 +11,10 @@ type auditCheckpoint struct {
 	Stdout, Stderr io.Writer
 
 	from auditFrom
+	now  bool
 }
 
-const auditCheckpointUsage = `usage: writerd audit checkpoint [--server URL | --data DIR | --store URL]
+const auditCheckpointUsage = `usage: writerd audit checkpoint [--server URL [--now] | --data DIR | --store URL]
 
 Prints the latest signed checkpoint, exactly as the daemon signed it: the
 log's origin, the tree size and its root hash, one a line, then a blank
@@ -23,7 +24,9 @@ writerd audit verify --against FILE shows whether the log still extends
 it, that is, whether any of the events it signed were changed or removed
 since. A log with no checkpoint yet is an error (exit 1): the daemon signs
 one every --checkpoint-every events, every --checkpoint-interval while
-events come, and when it stops.
+events come, and when it stops. With --now, the daemon signs one of the
+log as it is first (at most once a second; a request sooner waits), so
+that every event so far is covered: before an export, say.
 
 Examples:
 
@@ -39,6 +42,7 @@ Flags:
 func (c *auditCheckpoint) flags() *flagSet {
 	fs := newFlagSet("writerd audit checkpoint", auditCheckpointUsage, c.Stdout, c.Stderr)
 	c.from.define(fs, false, false)
+	fs.BoolVar(&c.now, "now", false, "with --server: have the daemon sign a checkpoint of the log as it is now, then print it")
 	return fs
 }
 
@@ -53,7 +57,15 @@ func (c *auditCheckpoint) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer src.Close()
-	signed, err := src.Checkpoint(ctx)
+	sign := src.Checkpoint
+	if c.now {
+		remote, ok := src.(*remoteSource)
+		if !ok {
+			return fs.fail("--now asks a running daemon to sign: give --server; a store no daemon holds is signed by writerd serve when it starts and stops")
+		}
+		sign = remote.SignNow
+	}
+	signed, err := sign(ctx)
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,10 @@ func (c *auditExport) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("--from %d is past the latest checkpoint, which signs events 1 to %d; an export ends at a checkpoint", c.start, cp.Size)
 	}
 	if c.out == "" {
-		return src.Export(ctx, c.start, c.Stdout, text)
+		if err := src.Export(ctx, c.start, c.Stdout, text); err != nil {
+			return err
+		}
+		return c.newer(ctx, src, cp.Size)
 	}
 	path := expandHome(c.out)
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
@@ -114,5 +117,25 @@ func (c *auditExport) Run(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.Stderr, "writerd audit export: wrote events %d to %d and the checkpoint of size %d; check it with writerd audit verify --export %s --key KEY\n",
 		c.start, cp.Size, cp.Size, shellQuote(c.out))
+	return c.newer(ctx, src, cp.Size)
+}
+
+// newer says on stderr how many events the log holds after the
+// checkpoint an export ended at: an export ends at a checkpoint, and an
+// auditor should not take it for the whole log.
+func (c *auditExport) newer(ctx context.Context, src source, signed uint64) error {
+	size, err := src.Size(ctx)
+	if err != nil || size <= signed {
+		return err
+	}
+	n := "1 newer event"
+	if size-signed > 1 {
+		n = fmt.Sprintf("%d newer events", size-signed)
+	}
+	how := "writerd serve signs one within --checkpoint-interval"
+	if _, remote := src.(*remoteSource); remote {
+		how = "writerd audit checkpoint --server URL --now signs one now"
+	}
+	fmt.Fprintf(c.Stderr, "writerd audit export: the log holds %s (%d to %d) than the checkpoint of size %d, left out: no signature covers them yet; %s\n", n, signed+1, size, signed, how)
 	return nil
 }

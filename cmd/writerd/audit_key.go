@@ -24,11 +24,13 @@ daemon's host cannot reach it, from the first day: writerd audit verify,
 show and export take it with --key, so that a check does not trust the
 host whose log it checks.
 
-From a data directory, the key is the second line of the daemon's key file
-(<data>/audit-signing.key, or the file --audit-key names, as serve takes
-it); its first line, the signing key, is not read. A PostgreSQL store
-keeps no key beside it: with --store, --audit-key names the replicas' key
-file.
+From a data directory, the key is the second line of the daemon's key
+file, found as serve finds it: the key of the log's origin (which the
+database records) in $XDG_CONFIG_HOME/writerd/audit-keys/, else
+~/.config/writerd/audit-keys/, or an earlier writerd's
+<data>/audit-signing.key; or the file --audit-key names. Its first line,
+the signing key, is not read. A PostgreSQL store keeps no key beside it:
+with --store, --audit-key names the replicas' key file.
 
 Examples:
 

@@ -35,7 +35,7 @@ var errHeld = errors.New(daemon.StoreConfig{}.Name() + " is held by a running wr
 type localSource struct {
 	auditapi.Local
 	store   daemon.StoreConfig
-	keyFile string
+	keyFile string       // --audit-key; "" finds the key by the log's origin (bbolt)
 	s       daemon.Store // nil while idle
 }
 
@@ -91,13 +91,28 @@ func (l *localSource) View(ctx context.Context, fn func(auditlog.Reader) error) 
 	return pipeline.AuditStorage(l.s).View(ctx, fn)
 }
 
-func (l *localSource) VerifierKey(context.Context) (string, string, error) {
-	if l.keyFile == "" {
+func (l *localSource) VerifierKey(ctx context.Context) (string, string, error) {
+	keyFile := l.keyFile
+	switch {
+	case keyFile == "" && l.store.Postgres():
 		return "", "", errors.New("a PostgreSQL store keeps no key beside it, so the checkpoints cannot be checked: give the verifier key with --key, or the daemons' key file with --audit-key")
+	case keyFile == "":
+		// The daemon's: the key of the log's origin in the key directory,
+		// or an earlier writerd's in the data directory.
+		if err := l.open(); err != nil {
+			return "", "", err
+		}
+		origin, err := daemon.StoreOrigin(ctx, l.s)
+		if err != nil {
+			return "", "", fmt.Errorf("the store cannot be read: %w", err)
+		}
+		if keyFile, _, err = daemon.LocateKey(l.store.Data, "", origin); err != nil {
+			return "", "", fmt.Errorf("%w, so the checkpoints cannot be checked: give the verifier key with --key, or the daemon's key file with --audit-key", err)
+		}
 	}
-	b, err := os.ReadFile(l.keyFile)
+	b, err := os.ReadFile(keyFile)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", "", errors.New("the daemon's key file is not there (<data>/" + auditKeyFile + ", or --audit-key), so the checkpoints cannot be checked: give the verifier key with --key")
+		return "", "", errors.New("the daemon's key file is not there (--audit-key), so the checkpoints cannot be checked: give the verifier key with --key")
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("cannot read the daemon's key file: %w", pathless(err))

@@ -165,7 +165,7 @@ func mustStartTail(t testing.TB, env []string, args ...string) *tailing {
 	t.Helper()
 	tl := &tailing{lines: make(chan string, 1000), stderr: new(syncBuffer)}
 	tl.cmd = exec.Command(binary, append([]string{"audit", "tail", "--follow"}, args...)...)
-	tl.cmd.Env = append(os.Environ(), env...)
+	tl.cmd.Env = testEnv(t, env...)
 	tl.cmd.Stderr = tl.stderr
 	out, err := tl.cmd.StdoutPipe()
 	if err != nil {

@@ -142,8 +142,19 @@ type seeded struct {
 // kinds no built-in tool has, so that writerd check passes.
 func mustSeedLog(t testing.TB, kind storeKind, now time.Time, events []seeded, checkpointsAt ...uint64) testStore {
 	t.Helper()
+	return mustSeedLogWith(t, kind, "", now, events, checkpointsAt...)
+}
+
+// mustSeedLogWith is mustSeedLog signing with the key in keyFile, made
+// there if missing ("": the store's key file).
+func mustSeedLogWith(t testing.TB, kind storeKind, keyFile string, now time.Time, events []seeded, checkpointsAt ...uint64) testStore {
+	t.Helper()
 	ts := kind.make(t)
-	key, err := auditlog.LoadKey(ts.keyFile(), "writerd/seeded-test", true)
+	if keyFile == "" {
+		keyFile = ts.keyFile()
+	}
+	// A log's own origin: the daemon keeps what it signed by origin.
+	key, err := auditlog.LoadKey(keyFile, daemon.NewLogOrigin(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,15 +282,16 @@ const (
 	auditUsageLine      = "usage: writerd audit <command> [--server URL | --data DIR | --store URL] [flags]"
 	auditListUsageLine  = "usage: writerd audit list [--server URL | --data DIR | --store URL] [filters] [--limit N] [--after CURSOR] [-o table|json|jsonl]"
 	auditShowUsageLine  = "usage: writerd audit show ID|SEQ [--server URL | --data DIR | --store URL] [--key KEY] [-o table|json]"
-	auditVerifyUsageLn  = "usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]"
+	auditVerifyUsageLn  = "usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]... [--witness VKEY... [--quorum N]]"
 	auditExportUsageLn  = "usage: writerd audit export [--server URL | --data DIR | --store URL] [--from SEQ] [-o FILE]"
 	auditTailUsageLine  = "usage: writerd audit tail [--server URL | --data DIR | --store URL] [-n 10] [--follow] [-o table|jsonl]"
 	auditKeyUsageLine   = "usage: writerd audit key [--server URL | --data DIR [--audit-key FILE] | --store URL --audit-key FILE]"
-	auditCheckUsageLine = "usage: writerd audit checkpoint [--server URL | --data DIR | --store URL]"
+	auditCheckUsageLine = "usage: writerd audit checkpoint [--server URL [--now] | --data DIR | --store URL]"
+	auditPublishUsageLn = "usage: writerd audit publish --dir DIR [--server URL | --data DIR | --store URL] [--key KEY]"
 )
 
 var auditUsageLines = []string{mainUsageLine, auditUsageLine, auditListUsageLine, auditShowUsageLine,
-	auditVerifyUsageLn, auditExportUsageLn, auditTailUsageLine, auditKeyUsageLine, auditCheckUsageLine}
+	auditVerifyUsageLn, auditExportUsageLn, auditTailUsageLine, auditKeyUsageLine, auditCheckUsageLine, auditPublishUsageLn}
 
 // Ensure writerd audit keeps the command line's conventions: help asked
 // for goes to stdout with exit 0, for the whole and for each command; a
@@ -305,11 +317,14 @@ func TestAudit_HelpAndUsageErrors(t *testing.T) {
 		{"audit tail -h", []string{"audit", "tail", "-h"}, 0, auditTailUsageLine, ""},
 		{"audit key -h", []string{"audit", "key", "-h"}, 0, auditKeyUsageLine, ""},
 		{"audit checkpoint -h", []string{"audit", "checkpoint", "-h"}, 0, auditCheckUsageLine, ""},
+		{"audit help publish", []string{"audit", "help", "publish"}, 0, auditPublishUsageLn, ""},
+		{"publish without a directory", []string{"audit", "publish", "--data", missing}, 2, auditPublishUsageLn, "writerd audit publish: --dir is required: the directory to publish the tiles in"},
+		{"publish to a relative directory", []string{"audit", "publish", "--dir", "site"}, 2, auditPublishUsageLn, "writerd audit publish: --dir takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one"},
 
-		{"no command", []string{"audit"}, 2, auditUsageLine, "writerd audit: no command given: list, show, verify, checkpoint, export, tail, key"},
-		{"unknown command", []string{"audit", "lst"}, 2, auditUsageLine, `writerd audit: unknown command "lst": list, show, verify, checkpoint, export, tail, key`},
-		{"a flag first", []string{"audit", "--data", missing, "list"}, 2, auditUsageLine, "writerd audit: the command comes first: writerd audit <command> [flags], a command of list, show, verify, checkpoint, export, tail, key"},
-		{"help for two", []string{"audit", "help", "list", "show"}, 2, auditUsageLine, "writerd audit: help takes one of list, show, verify, checkpoint, export, tail, key"},
+		{"no command", []string{"audit"}, 2, auditUsageLine, "writerd audit: no command given: list, show, verify, checkpoint, export, publish, tail, key"},
+		{"unknown command", []string{"audit", "lst"}, 2, auditUsageLine, `writerd audit: unknown command "lst": list, show, verify, checkpoint, export, publish, tail, key`},
+		{"a flag first", []string{"audit", "--data", missing, "list"}, 2, auditUsageLine, "writerd audit: the command comes first: writerd audit <command> [flags], a command of list, show, verify, checkpoint, export, publish, tail, key"},
+		{"help for two", []string{"audit", "help", "list", "show"}, 2, auditUsageLine, "writerd audit: help takes one of list, show, verify, checkpoint, export, publish, tail, key"},
 		{"unknown flag", []string{"audit", "list", "--verbose"}, 2, auditListUsageLine, "writerd audit list: unknown flag -verbose"},
 		{"an argument to list", []string{"audit", "list", "7"}, 2, auditListUsageLine, `writerd audit list: unexpected argument "7"`},
 		{"limit zero", []string{"audit", "list", "--limit", "0"}, 2, auditListUsageLine, "writerd audit list: --limit takes a positive number of events, such as 50"},
@@ -476,7 +491,7 @@ func testAuditListCursor(t *testing.T, kind storeKind) {
 						t.Fatal("the pages do not end")
 					}
 					cmd := exec.Command(binary, append(args, "-o", "jsonl")...)
-					cmd.Env = append(os.Environ(), env...)
+					cmd.Env = testEnv(t, env...)
 					var stdout, stderr strings.Builder
 					cmd.Stdout, cmd.Stderr = &stdout, &stderr
 					if err := cmd.Run(); err != nil {

@@ -22,12 +22,14 @@ import (
 type auditVerify struct {
 	Stdout, Stderr io.Writer
 
-	from    auditFrom
-	against string
-	export  string
+	from      auditFrom
+	against   listFlag
+	witnesses listFlag
+	quorum    int
+	export    string
 }
 
-const auditVerifyUsage = `usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]
+const auditVerifyUsage = `usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]... [--witness VKEY... [--quorum N]]
 
 Recomputes the log's Merkle tree from its events alone and checks it: the
 events are numbered densely from 1, each in its place and unchanged since
@@ -35,7 +37,18 @@ it was appended, every signed checkpoint's signature verifies with the
 verifier key, and the tree of each checkpoint's size has the root it
 signed. With --against, a checkpoint saved earlier (writerd audit
 checkpoint > FILE) must verify with the key too, and the log must still
-extend it: the same first events, only more after them.
+extend it: the same first events, only more after them; --against may be
+given once for each checkpoint saved. With --witness (a witness's verifier
+key, or a file holding it; once for each witness), at least --quorum of
+them (default: all) must have cosigned one of the log's checkpoints.
+
+Whoever holds the log's signing key can rewrite the log and sign it anew,
+so the key alone proves little. A saved checkpoint, or one the witnesses
+cosigned, is what an auditor can trust: where only a root shows that an
+event changed, the problem names the range between the last trusted
+checkpoint that matches and the first checkpoint that does not, never an
+event after the first one changed. The last line says what the result
+rests on: the key alone, the checkpoint saved, or the witnesses.
 
 Each problem is a line naming the first bad sequence number and what is
 wrong: edited (an event's bytes changed), missing (an event was removed, or
@@ -45,6 +58,7 @@ extension (the log is not the one the saved checkpoint signed). Then a
 summary line; the command exits 1 on any problem, else 0:
 
   verified 1200 events against 2 checkpoints; root 8cX3…=; key writerd/5a0f…+3c2b19d0
+  rests on: 2 witnesses, who cosigned the checkpoint of size 1200
 
 While stderr is a terminal, a progress line counts the events read.
 
@@ -70,13 +84,19 @@ Examples:
 	# Check an export on another machine:
 	writerd audit verify --export audit.jsonl --key writerd.vkey
 
+	# Require two of the team's three witnesses:
+	writerd audit verify --server http://127.0.0.1:7070 --key writerd.vkey \
+		--witness witness-a.vkey --witness witness-b.vkey --witness witness-c.vkey --quorum 2
+
 Flags:
 `
 
 func (c *auditVerify) flags() *flagSet {
 	fs := newFlagSet("writerd audit verify", auditVerifyUsage, c.Stdout, c.Stderr)
 	c.from.define(fs, true, true)
-	fs.StringVar(&c.against, "against", "", "also check that the log extends the signed checkpoint in this `file`, saved earlier with writerd audit checkpoint")
+	fs.Var(&c.against, "against", "also check that the log extends the signed checkpoint in this `file`, saved earlier with writerd audit checkpoint (once for each)")
+	fs.Var(&c.witnesses, "witness", "trust a checkpoint this witness cosigned: its verifier `key` (c2sp.org/tlog-cosignature), or a file holding it (once for each witness)")
+	fs.IntVar(&c.quorum, "quorum", 0, "how many of the --witness keys must have cosigned a checkpoint (default: all of them)")
 	fs.StringVar(&c.export, "export", "", "verify the export in this `file` (writerd audit export), offline: no --server or --data")
 	return fs
 }
@@ -87,13 +107,28 @@ func (c *auditVerify) Run(ctx context.Context, args []string) error {
 	if err := parseAudit(fs, args); err != nil {
 		return err
 	}
-	var against []byte
-	if c.against != "" {
-		b, err := os.ReadFile(expandHome(c.against))
+	var against [][]byte
+	for _, name := range c.against {
+		b, err := os.ReadFile(expandHome(name))
 		if err != nil {
-			return fmt.Errorf("cannot read the --against file: %w", pathless(err))
+			return fmt.Errorf("cannot read the --against file %s: %w", shellQuote(name), pathless(err))
 		}
-		against = b
+		against = append(against, b)
+	}
+	witnesses, err := parseWitnessKeys(c.witnesses)
+	if err != nil {
+		return err
+	}
+	quorum := c.quorum
+	switch {
+	case len(witnesses) == 0 && givenFlag(fs, "quorum"):
+		return fs.fail("%s counts the witnesses given with --witness, and none is", fs.label("quorum"))
+	case quorum < 0 || quorum > len(witnesses):
+		return fs.fail("%s takes a number from 1 to the number of --witness keys (%d)", fs.label("quorum"), len(witnesses))
+	case quorum == 0 && givenFlag(fs, "quorum"):
+		return fs.fail("%s takes a number from 1: to trust no witness, give none", fs.label("quorum"))
+	case quorum == 0:
+		quorum = len(witnesses)
 	}
 	var (
 		in       auditlog.Input
@@ -131,8 +166,8 @@ func (c *auditVerify) Run(ctx context.Context, args []string) error {
 			}
 			keyFrom = exportItself
 		}
-		if against != nil {
-			if cp, err := auditlog.ParseSigned(against); err == nil && cp.Size < h.Prefix.Size {
+		for _, a := range against {
+			if cp, err := auditlog.ParseSigned(a); err == nil && cp.Size < h.Prefix.Size {
 				return fmt.Errorf("the export starts at event %d, after the saved checkpoint's %d events, so it cannot show the log extends it; export from event 1", h.Prefix.Size+1, cp.Size)
 			}
 		}
@@ -161,7 +196,7 @@ func (c *auditVerify) Run(ctx context.Context, args []string) error {
 			complete = true
 		}
 	}
-	in.Key, in.Against = key, against
+	in.Key, in.Against, in.Witnesses, in.Quorum = key, against, witnesses, quorum
 	switch keyFrom {
 	case "":
 	case exportItself:
@@ -208,8 +243,13 @@ func (c *auditVerify) report(v *auditlog.Verification, in auditlog.Input, key no
 			kind = p.Kind
 		}
 		where := fmt.Sprintf("event %d", p.Seq)
-		if p.Seq == 0 {
+		switch {
+		case p.Kind == auditlog.ProblemUnwitnessed:
+			where = "witnesses"
+		case p.Seq == 0:
 			where = "saved checkpoint"
+		case p.Last != 0:
+			where = fmt.Sprintf("events %d to %d", p.Seq, p.Last)
 		}
 		fmt.Fprintf(w, "%s: %s: %s\n", where, kind, p.Detail)
 	}
@@ -229,8 +269,8 @@ func (c *auditVerify) report(v *auditlog.Verification, in auditlog.Input, key no
 			count(len(v.Problems), "problem"), first, events, v.Checkpoints, len(in.Checkpoints))
 		return errProblems
 	}
-	if in.Against != nil {
-		if cp, err := auditlog.ParseSigned(in.Against); err == nil {
+	for _, a := range in.Against {
+		if cp, err := auditlog.ParseSigned(a); err == nil {
 			fmt.Fprintf(w, "the log extends the saved checkpoint of size %d\n", cp.Size)
 		}
 	}
@@ -247,7 +287,31 @@ func (c *auditVerify) report(v *auditlog.Verification, in auditlog.Input, key no
 		fmt.Fprintf(w, "events %d to %d are after the latest checkpoint (size %d): no signature covers them yet\n", latest+1, size, latest)
 	}
 	fmt.Fprintf(w, "verified %s against %s; root %s; key %s\n", events, count(v.Checkpoints, "checkpoint"), base64.StdEncoding.EncodeToString(v.Root[:]), keyName(key))
+	fmt.Fprintln(w, restsOn(v, in, size))
 	return nil
+}
+
+// restsOn is verify's last line: what its result rests on, and what it
+// leaves to the key alone.
+func restsOn(v *auditlog.Verification, in auditlog.Input, size uint64) string {
+	var s string
+	trusted := max(v.Pinned, v.Witnessed)
+	switch {
+	case v.Witnessed > 0 && v.Witnessed >= v.Pinned:
+		witnesses := fmt.Sprintf("%d witnesses", in.Quorum)
+		if in.Quorum == 1 {
+			witnesses = "1 witness"
+		}
+		s = fmt.Sprintf("rests on: %s, who cosigned the checkpoint of size %d", witnesses, v.Witnessed)
+	case v.Pinned > 0:
+		s = fmt.Sprintf("rests on: the checkpoint saved at size %d", v.Pinned)
+	default:
+		return "rests on: the log's key alone; a holder of the key could have rewritten the log: pin a checkpoint with --against or require witnesses"
+	}
+	if size > trusted {
+		s += fmt.Sprintf("; events %d to %d on the log's key alone", trusted+1, size)
+	}
+	return s
 }
 
 // firstProblem is the smallest sequence number a problem names (a saved

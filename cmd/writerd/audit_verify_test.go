@@ -2,16 +2,24 @@ package main
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"filippo.io/torchwood"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
 	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 )
@@ -36,13 +44,17 @@ func mustVerifyFails(t testing.TB, first string, args ...string) ran {
 
 var verifiedRE = regexp.MustCompile(`^verified (\d+ events|events \d+ to \d+) against \d+ checkpoints?; root [A-Za-z0-9+/]{43}=; key writerd/\S+\+[0-9a-f]{8}$`)
 
+// restsRE is verify's last line: what the result rests on.
+var restsRE = regexp.MustCompile(`^rests on: (the log's key alone; .+|the checkpoint saved at size \d+(; events \d+ to \d+ on the log's key alone)?|\d+ witness(es)?, who cosigned the checkpoint of size \d+(; events \d+ to \d+ on the log's key alone)?)$`)
+
 // mustVerifyPasses runs verify and checks that it exits 0 with the summary
-// line that ends its output, which it returns.
+// line and the line of what it rests on that end its output, which it
+// returns.
 func mustVerifyPasses(t testing.TB, args ...string) ran {
 	t.Helper()
 	r := mustAudit(t, nil, append([]string{"verify"}, args...)...)
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
-	if r.code != 0 || !verifiedRE.MatchString(lines[len(lines)-1]) {
+	if r.code != 0 || len(lines) < 2 || !verifiedRE.MatchString(lines[len(lines)-2]) || !restsRE.MatchString(lines[len(lines)-1]) {
 		t.Fatalf("verify: exit %d, want 0 and the summary\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 	return r
@@ -181,7 +193,7 @@ func testAuditVerifyTampering(t *testing.T, kind storeKind) {
 	t.Run("the tail truncated behind the latest checkpoint", func(t *testing.T) {
 		tp, c := tamper(t)
 		tp.deleteEvents(last-2, last)
-		mustVerifyFails(t, "event 22: missing: ", c.auditFlags()...)
+		mustVerifyFails(t, "events 22 to 24: missing: ", c.auditFlags()...)
 	})
 	t.Run("a checkpoint's signature replaced", func(t *testing.T) {
 		tp, c := tamper(t)
@@ -226,11 +238,15 @@ func testAuditVerifyAgainst(t *testing.T, kind storeKind) {
 	if err := os.WriteFile(saved, []byte(r.stdout), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fork := mustCopyStore(t, s) // the same log and key, up to here
+	// The same log and key, up to here, on a machine of its own: the
+	// daemon that signed the log refuses to go on from a copy it did not
+	// sign (the self-check), as it would refuse the fork.
+	fork := mustForkStore(t, s)
 	mustAuditLog(t, s, "two")
 
 	r = mustVerifyPasses(t, append(s.auditFlags(), "--against", saved)...)
-	if !strings.HasPrefix(r.stdout, "the log extends the saved checkpoint of size 12\nverified 24 events against 2 checkpoints; ") {
+	if !strings.HasPrefix(r.stdout, "the log extends the saved checkpoint of size 12\nverified 24 events against 2 checkpoints; ") ||
+		!strings.HasSuffix(r.stdout, "\nrests on: the checkpoint saved at size 12; events 13 to 24 on the log's key alone\n") {
 		t.Errorf("stdout:\n%s", r.stdout)
 	}
 
@@ -242,7 +258,12 @@ func testAuditVerifyAgainst(t *testing.T, kind storeKind) {
 	mustAuditLog(t, fork, "fork")
 	forkSaved := filepath.Join(t.TempDir(), "fork.txt")
 	os.WriteFile(forkSaved, []byte(mustAudit(t, nil, append([]string{"checkpoint"}, fork.storeFlags()...)...).stdout), 0o600)
-	mustVerifyFails(t, "event 13: not an extension: ", append(s.auditFlags(), "--against", forkSaved)...)
+	// The fork departs at event 13, but only the log's own checkpoint
+	// (of 12, which whoever holds the key could have re-signed) says so:
+	// the auditor trusts none below the saved one, so the range is 1..24.
+	mustVerifyFails(t, "events 1 to 24: not an extension: ", append(s.auditFlags(), "--against", forkSaved)...)
+	// With the first checkpoint saved as well, it is bounded by it.
+	mustVerifyFails(t, "events 13 to 24: not an extension: ", append(s.auditFlags(), "--against", saved, "--against", forkSaved)...)
 	// And the fork, against the log's own first checkpoint, is still its extension.
 	mustVerifyPasses(t, append(fork.auditFlags(), "--against", saved)...)
 }
@@ -306,9 +327,172 @@ func testAuditExportVerifiesOffline(t *testing.T, kind storeKind) {
 	if edited[5] == lines[5] {
 		t.Fatal("nothing edited")
 	}
-	mustVerifyFails(t, "event ", "--export", write("edited.jsonl", strings.Join(edited, "")), "--key", vkey)
+	// An export carries no leaf checks, and its one checkpoint is the
+	// log's own: the root bounds the change to the whole export.
+	mustVerifyFails(t, "events 1 to 12: edited: ", "--export", write("edited.jsonl", strings.Join(edited, "")), "--key", vkey)
 	r = mustVerifyFails(t, "event 5: missing: ", "--export", write("removed.jsonl", strings.Join(append(slices.Clone(lines[:5]), lines[6:]...), "")), "--key", vkey)
 
 	other := mustAudit(t, nil, append([]string{"key"}, mustAuditLog(t, kind.make(t), "other").auditFlags()...)...).stdout
 	mustVerifyFails(t, "event 12: bad signature: ", "--export", export, "--key", strings.TrimSpace(other))
+}
+
+// Ensure --against never names an event later than the first one changed
+// and takes its bounds only from checkpoints the auditor saved: one event
+// edited at 7 in a log of 80 whose stored leaf checks hold is named; the
+// log rewritten and re-signed with its key, checkpoints and all, is
+// bounded by the saved checkpoints at 44 and 71 to 1..44.
+func TestAuditVerify_AgainstBounds(t *testing.T) { eachStore(t, testAuditVerifyAgainstBounds) }
+
+func testAuditVerifyAgainstBounds(t *testing.T, kind storeKind) {
+	now := time.Now()
+	events := func(edited int) []seeded {
+		var out []seeded
+		for i := 1; i <= 80; i++ {
+			principal := "agent"
+			if i == edited {
+				principal = "admin"
+			}
+			out = append(out, seeded{age: time.Duration(81-i) * time.Minute, tool: "create_record", principal: principal, outcome: "ok",
+				k: fmt.Sprintf("k-%02d", i), targets: []auditlog.Target{widget(fmt.Sprintf("w%02d", i), 1)}})
+		}
+		return out
+	}
+	keyFile := filepath.Join(t.TempDir(), "audit-signing.key")
+	honest := mustSeedLogWith(t, kind, keyFile, now, events(0), 44, 71, 80)
+	vkey := strings.TrimSpace(mustAudit(t, nil, append([]string{"key"}, honest.auditFlags()...)...).stdout)
+	if vkey == "" {
+		key, err := auditlog.LoadKey(keyFile, "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vkey = key.VerifierKey
+	}
+	saved := t.TempDir()
+	save := func(size uint64) string {
+		var signed []byte
+		s, err := daemon.OpenReadOnly(honest.config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.View(t.Context(), func(tx pipeline.Tx[handlers.Store]) error {
+			cps, err := tx.Audit().Checkpoints()
+			for _, c := range cps {
+				if cp, _ := auditlog.ParseSigned(c); cp.Size == size {
+					signed = c
+				}
+			}
+			return err
+		})
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(saved, fmt.Sprintf("checkpoint-%d.txt", size))
+		if err := os.WriteFile(p, signed, 0o600); err != nil || signed == nil {
+			t.Fatalf("no checkpoint of %d saved: %v", size, err)
+		}
+		return p
+	}
+	at44, at71 := save(44), save(71)
+
+	edited := mustCopyStore(t, honest)
+	tampering{t, edited}.editEvent(7, `"principal":"agent"`, `"principal":"Agent"`)
+	mustVerifyFails(t, "event 7: edited: ", append(edited.storeFlags(), "--key", vkey, "--against", at44, "--against", at71)...)
+
+	rewritten := mustSeedLogWith(t, kind, keyFile, now, events(7), 10, 20, 30, 40, 50, 60, 70, 80)
+	r := mustVerifyFails(t, "events 1 to 44: not an extension: ", append(rewritten.storeFlags(), "--key", vkey, "--against", at44, "--against", at71)...)
+	if !strings.Contains(r.stdout, "an event from 1 to 44 was changed") || strings.Count(r.stdout, "\n") != 2 {
+		t.Errorf("the rewrite's report:\n%s", r.stdout)
+	}
+	// With the key alone, the rewrite verifies: what the last line warns.
+	r = mustVerifyPasses(t, append(rewritten.storeFlags(), "--key", vkey)...)
+	if !strings.HasSuffix(r.stdout, "rests on: the log's key alone; a holder of the key could have rewritten the log: pin a checkpoint with --against or require witnesses\n") {
+		t.Errorf("the rewrite with the key alone:\n%s", r.stdout)
+	}
+}
+
+// Ensure audit checkpoint --now has the daemon sign the log as it is at
+// once, and that an export says how many newer events than its checkpoint
+// the log holds, which it left out.
+func TestAuditCheckpoint_NowAndExportNewer(t *testing.T) {
+	s := boltStores.make(t)
+	tok := mustAuditTokens(t)
+	// No checkpoint comes by itself while the test runs.
+	d := MustStartHTTP(t, httpConfig{store: s, tokens: tok.file, args: []string{"--checkpoint-every", "1000000", "--checkpoint-interval", "1h"}})
+	env := []string{"WRITERD_TOKEN=" + tok.auditor}
+	mustWriteScript(t, d, tok.agent, "now")
+	if r := mustAudit(t, env, "checkpoint", "--server", d.url); r.code != 1 || !strings.Contains(r.stderr, "no signed checkpoint yet") {
+		t.Fatalf("checkpoint before any: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	r := mustAudit(t, env, "checkpoint", "--server", d.url, "--now")
+	if r.code != 0 || strings.Split(r.stdout, "\n")[1] != "12" {
+		t.Fatalf("checkpoint --now: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	mustWrite(t, d, tok.agent, "create_project", "now-newer-1", `{"name":"newer-1"}`, "")
+	mustWrite(t, d, tok.agent, "create_project", "now-newer-2", `{"name":"newer-2"}`, "")
+	r = mustAudit(t, env, "export", "--server", d.url)
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 1+auditScriptEvents ||
+		r.stderr != "writerd audit export: the log holds 2 newer events (13 to 14) than the checkpoint of size 12, left out: no signature covers them yet; writerd audit checkpoint --server URL --now signs one now\n" {
+		t.Errorf("export with newer events: exit %d, %d lines\nstderr: %s", r.code, strings.Count(r.stdout, "\n"), r.stderr)
+	}
+	if r := mustAudit(t, env, "checkpoint", "--server", d.url, "--now"); r.code != 0 || strings.Split(r.stdout, "\n")[1] != "14" {
+		t.Fatalf("checkpoint --now again: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := mustAudit(t, env, "export", "--server", d.url); r.code != 0 || r.stderr != "" || strings.Count(r.stdout, "\n") != 15 {
+		t.Errorf("export of a log all signed: exit %d, %d lines\nstderr: %s", r.code, strings.Count(r.stdout, "\n"), r.stderr)
+	}
+	// Without the audit scope, nothing is signed.
+	if r := mustAudit(t, []string{"WRITERD_TOKEN=" + tok.agent}, "checkpoint", "--server", d.url, "--now"); r.code != 1 || !strings.Contains(r.stderr, "audit scope") {
+		t.Errorf("checkpoint --now with an agent's token: exit %d %s", r.code, r.stderr)
+	}
+	d.Stop()
+	if r := mustAudit(t, nil, "checkpoint", "--now", "--data", s.Dir); r.code != 2 || !strings.Contains(r.stderr, "--now asks a running daemon to sign: give --server") {
+		t.Errorf("checkpoint --now --data: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// Ensure verify's witness flags are checked before anything is read: a
+// quorum above the witnesses given, or of zero, a key given twice, and a
+// value that is no witness key, each with one sentence that names the
+// flag.
+func TestAuditVerify_WitnessFlags(t *testing.T) {
+	s := mustAuditLog(t, boltStores.make(t), "flags")
+	a, b := mustWitnessKey(t, "witness.example/a"), mustWitnessKey(t, "witness.example/b")
+	tests := []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"--witness", a, "--witness", b, "--quorum", "3"}, 2, "--quorum takes a number from 1 to the number of --witness keys (2)"},
+		{[]string{"--quorum", "1"}, 2, "--quorum counts the witnesses given with --witness, and none is"},
+		{[]string{"--witness", a, "--quorum", "0"}, 2, "--quorum takes a number from 1: to trust no witness, give none"},
+		{[]string{"--witness", a, "--witness", a}, 1, "--witness witness.example/a is given twice"},
+		{[]string{"--witness", "not-a-key"}, 1, "--witness is neither a witness's verifier key nor a file that can be read"},
+		// Both witnesses are trusted, but neither cosigned this log.
+		{[]string{"--witness", a, "--witness", b}, 1, ""},
+	}
+	for _, tt := range tests {
+		r := mustAudit(t, nil, append(append([]string{"verify"}, s.auditFlags()...), tt.args...)...)
+		if r.code != tt.code || !strings.Contains(r.stderr, tt.says) || tt.code == 1 && tt.says != "" && strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("verify %s: exit %d, want %d saying %q\nstdout: %s\nstderr: %s", strings.Join(tt.args, " "), r.code, tt.code, tt.says, r.stdout, r.stderr)
+		}
+		if tt.says == "" && !strings.HasPrefix(r.stdout, "witnesses: unwitnessed: No checkpoint of the log carries cosignatures of 2 of the 2 witnesses given.\n") {
+			t.Errorf("verify with witnesses who cosigned nothing:\n%s", r.stdout)
+		}
+	}
+}
+
+// mustWitnessKey makes a witness's verifier key (c2sp.org/tlog-cosignature)
+// of a key no witness holds.
+func mustWitnessKey(t testing.TB, name string) string {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := torchwood.NewCosignatureSigner(name, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Verifier().String()
 }

@@ -61,7 +61,7 @@ func TestBench_Replicas(t *testing.T) {
 			cpu0 := postgresCPU(t, cluster)
 			cmd := exec.Command(binary, "bench", "--target", "api", "--server", strings.Join(urls, ","),
 				"--agents", strconv.Itoa(agents), "--duration", duration, "-o", "json")
-			cmd.Env = append(os.Environ(), "WRITERD_TOKEN="+tok.agent)
+			cmd.Env = testEnv(t, "WRITERD_TOKEN="+tok.agent)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			if err := cmd.Run(); err != nil {

@@ -5,20 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
+	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // CheckCommand checks a database that no daemon holds.
 type CheckCommand struct {
 	Stdout, Stderr io.Writer
 
-	store storeFlags
+	store    storeFlags
+	auditKey string
 }
 
-const checkUsage = `usage: writerd check [--data DIR | --store URL]
+const checkUsage = `usage: writerd check [--data DIR | --store URL] [--audit-key FILE]
 
 Checks the database in a data directory, or with --store a PostgreSQL
 database (while replicas run), read-only (it creates and changes nothing),
@@ -33,7 +37,13 @@ What it checks:
     elements inside it): the damage that serve refuses at start-up;
   - bbolt's own consistency check (every page reachable once or free, keys
     in order);
-  - the audit log: sequence numbers dense from 1, times in order;
+  - the audit log: sequence numbers dense from 1, times in order; and as
+    serve's self-check does, each event against the leaf check stored
+    with it, in its place, the stored tree hashes against the events, and
+    every checkpoint against the tree (with the log's key: found as serve
+    finds it, or with --store the replicas' file --audit-key names); and
+    that the log extends the last checkpoint the daemon signed, which it
+    keeps beside the key, when that file is found;
   - idempotency records: each points at its audit event, and each live
     record has exactly one event since it was created;
   - the domain: every project and record has the ok audit event of its
@@ -66,6 +76,7 @@ var errProblems = errors.New("problems found")
 func (c *CheckCommand) flags() *flagSet {
 	fs := newFlagSet("writerd check", checkUsage, c.Stdout, c.Stderr)
 	c.store.define(fs)
+	fs.StringVar(&c.auditKey, "audit-key", "", "the daemon's key `file` (--audit-key), to check the checkpoints with and find the last one it signed (default: found as serve finds it; none with --store)")
 	return fs
 }
 
@@ -78,6 +89,11 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 	store, err := c.store.config(fs)
 	if err != nil {
 		return err
+	}
+	if c.auditKey != "" {
+		if c.auditKey, err = fs.path("audit-key", c.auditKey); err != nil {
+			return err
+		}
 	}
 	s, err := daemon.OpenReadOnly(store)
 	var damaged *daemon.DamagedError
@@ -108,6 +124,11 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("the store cannot be read: %w", err)
 	}
 	problems = append(problems, found...)
+	damage, err := c.checkLog(ctx, s, store)
+	if err != nil {
+		return fmt.Errorf("the store cannot be read: %w", err)
+	}
+	problems = append(problems, damage...)
 	const most = 1000
 	for i, p := range problems {
 		if i == most {
@@ -122,6 +143,51 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.Stdout, "writerd check: no problems in %s and %s.\n", checked, count(int(events), "audit event"))
 	return nil
+}
+
+// checkLog runs the audit log's self-check over the whole log, as serve's
+// background pass does, with the log's key and the checkpoint the daemon
+// last signed where they are found: without the key, the checkpoints are
+// not checked (a note says so), but the events and the stored hashes are.
+func (c *CheckCommand) checkLog(ctx context.Context, s daemon.Store, store daemon.StoreConfig) ([]error, error) {
+	keyFile, state := c.auditKey, ""
+	switch {
+	case keyFile != "":
+		state = auditlog.StatePath(keyFile)
+	case !store.Postgres():
+		origin, err := daemon.StoreOrigin(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		var lerr error
+		if keyFile, state, lerr = daemon.LocateKey(store.Data, "", origin); lerr != nil && origin != "" {
+			fmt.Fprintf(c.Stderr, "writerd check: note: %v, so the checkpoints were not checked against it\n", lerr)
+		}
+	}
+	lc := auditlog.LogCheck{}
+	if keyFile != "" {
+		b, err := os.ReadFile(keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the audit key file: %w", pathless(err))
+		}
+		text, err := verifierLine(b)
+		if err != nil {
+			return nil, fmt.Errorf("the audit key file %w", err)
+		}
+		if lc.Key, err = auditlog.ParseVerifierKey(text); err != nil {
+			return nil, fmt.Errorf("the audit key file holds no verifier key")
+		}
+		remembered, _, err := auditlog.ReadState(state, lc.Key)
+		if err != nil {
+			return []error{err}, nil
+		}
+		lc.Remembered = remembered
+	}
+	_, damage, err := lc.Run(ctx, pipeline.AuditStorage[handlers.Store](s))
+	if damage != nil {
+		return []error{damage}, err
+	}
+	return nil, err
 }
 
 func count(n int, noun string) string {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -44,7 +43,7 @@ func mustRunWith(t testing.TB, c runConfig, args ...string) ran {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.bin, args...)
 	cmd.Dir = c.cwd
-	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Env = append(testEnv(t), c.env...)
 	cmd.Stdin = strings.NewReader(c.stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

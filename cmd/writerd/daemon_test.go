@@ -43,6 +43,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary, testBinary = filepath.Join(dir, "writerd"), filepath.Join(dir, "writerd-testtools")
+	// No test reads or writes the configuration of whoever runs them
+	// (env_test.go).
+	configRoot = filepath.Join(dir, "config")
+	if err := os.MkdirAll(filepath.Join(configRoot, "process"), 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(configRoot, "process"))
 	for _, b := range []struct{ out, tags string }{{binary, ""}, {testBinary, "writerd_testtools"}} {
 		cmd := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, ".")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -82,6 +90,10 @@ type daemonConfig struct {
 type testStore struct {
 	Dir string
 	URL string
+	// Config is the XDG_CONFIG_HOME of its daemons and commands, where
+	// its log's key lives: "" for the test's (testConfigHome); a fork
+	// (mustForkStore) has one of its own, as another machine would.
+	Config string
 }
 
 // orDir returns the store a daemon is started on: s if it is set, else
@@ -166,7 +178,7 @@ func mustStartWith(t testing.TB, c daemonConfig) *stdioDaemon {
 	store := c.store.orDir(t, c.dir)
 	d := &stdioDaemon{t: t, dir: store.Dir, store: store, stderr: new(syncBuffer), wire: new(syncBuffer)}
 	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--stdio"}, d.store.serveFlags()...), c.args...)...)
-	d.cmd.Env = append(os.Environ(), c.env...)
+	d.cmd.Env = append(d.store.env(t), c.env...)
 	d.cmd.Stderr = d.stderr
 	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-e2e", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

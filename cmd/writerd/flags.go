@@ -66,6 +66,18 @@ func (f *formFlag) IsBoolFlag() bool {
 	return ok && b.IsBoolFlag()
 }
 
+// listFlag is a flag that may be given more than once; each value is kept
+// in order.
+type listFlag []string
+
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+func (l *listFlag) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ", ")
+}
+
 // takes makes a refused value of flag name say "--name takes form".
 func (fs *flagSet) takes(name, form string) {
 	f := fs.Lookup(name)

@@ -37,6 +37,7 @@ func MustStartRaw(t testing.TB) *rawSession {
 	t.Helper()
 	s := &rawSession{t: t, dir: t.TempDir(), lines: make(chan string, 64), stderr: new(syncBuffer)}
 	s.cmd = exec.Command(binary, "serve", "--stdio", "--data", s.dir)
+	s.cmd.Env = testEnv(t)
 	s.cmd.Stderr = s.stderr
 	var err error
 	if s.stdin, err = s.cmd.StdinPipe(); err != nil {

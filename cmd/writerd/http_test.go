@@ -42,6 +42,9 @@ type httpConfig struct {
 	dir    string    // data directory, without store; a new one if empty
 	tokens string    // tokens file; a new empty one if empty
 	args   []string  // extra flags
+	// damaged: the store is damaged on purpose, and the test's end does
+	// not check it.
+	damaged bool
 }
 
 // MustStartHTTP starts the daemon on 127.0.0.1:0 and waits until /healthz
@@ -58,6 +61,7 @@ func MustStartHTTP(t testing.TB, c httpConfig) *httpDaemon {
 	store := c.store.orDir(t, c.dir)
 	d := &httpDaemon{t: t, dir: store.Dir, store: store, tokens: c.tokens, stderr: new(syncBuffer)}
 	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--addr", "127.0.0.1:0", "--tokens", c.tokens}, d.store.serveFlags()...), c.args...)...)
+	d.cmd.Env = d.store.env(t)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +89,7 @@ func MustStartHTTP(t testing.TB, c httpConfig) *httpDaemon {
 	}
 	t.Cleanup(func() {
 		d.Stop()
-		if !t.Failed() {
+		if !t.Failed() && !c.damaged {
 			mustCheck(t, d.store)
 		}
 	})
@@ -123,7 +127,7 @@ func mustToken(t testing.TB, file, name string, scopes pipeline.Scope) string {
 // mustCheck runs writerd check on a stopped daemon's store.
 func mustCheck(t testing.TB, s testStore) {
 	t.Helper()
-	if r := mustRun(t, append([]string{"check"}, s.storeFlags()...)...); r.code != 0 {
+	if r := mustRunWith(t, runConfig{env: s.env(t)}, append([]string{"check"}, s.storeFlags()...)...); r.code != 0 {
 		t.Errorf("writerd check: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -8,11 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
@@ -47,6 +48,11 @@ type ServeCommand struct {
 	auditKey   string
 	cpEvery    uint64
 	cpInterval time.Duration
+	auditPub   bool
+
+	witnessFlags  listFlag // VKEY@URL, as given
+	witnesses     []*witness.Witness
+	witnessQuorum int
 }
 
 // defaultAddr is where serve listens when it serves HTTP and --addr is not
@@ -81,6 +87,20 @@ holds the file, serve still answers the client: every tool call answers
 UNAVAILABLE, to be sent again with the same key, until the other process
 exits and this one opens the store.
 
+The audit log's checkpoints are signed with a key kept outside the data
+directory, so that whoever can rewrite the database cannot re-sign it: the
+key of the log's origin (which the database records) in the key directory,
+$XDG_CONFIG_HOME/writerd/audit-keys/, else ~/.config/writerd/audit-keys/,
+made there on the first start; or the file --audit-key names. A key an
+earlier writerd left in the data directory (audit-signing.key) still works,
+with a warning naming where to move it. Beside the key, serve remembers the
+last checkpoint it signed. Before it signs, it verifies the events appended
+since the tree it last verified, and a pass over the whole log runs in the
+background; at start-up the log must extend the checkpoint remembered. A
+log with an event edited, missing or moved is refused at start-up with one
+sentence naming the first bad event, or, found later, stops the signing
+until restart, logs one error naming it, and makes /readyz answer 503.
+
 With --store, the database is a PostgreSQL one instead, which any number of
 replicas may share behind a load balancer (README, "Running several
 replicas"): its schema is created at start-up, every replica must be given
@@ -88,7 +108,14 @@ the same --audit-key (required with --store; created if missing), and
 while the server cannot be reached every tool call answers UNAVAILABLE and
 /readyz 503, until it can.
 
-Each flag may also be set in the environment as WRITERD_<FLAG>, with dashes
+The audit API (/v1/audit, writerd audit --server) needs a token with the
+audit scope. Its tlog paths, /v1/audit/tlog/checkpoint and
+/v1/audit/tlog/tile/..., serve the log as C2SP tlog-tiles for generic
+transparency-log clients, monitors and witnesses; --audit-public serves
+exactly those read-only paths without a token (the rest stays guarded).
+To publish them without the daemon, see writerd audit publish.
+
+` + serveWitnessUsage + `Each flag may also be set in the environment as WRITERD_<FLAG>, with dashes
 as underscores (WRITERD_DATA, WRITERD_MAX_BYTES, …); a flag given on the
 command line wins over the environment.
 
@@ -102,6 +129,14 @@ Examples:
 
 	# Serve stdio, and metrics and the API on a loopback port, without tokens:
 	writerd serve --stdio --addr 127.0.0.1:7071 --insecure-no-auth
+
+	# Send each checkpoint to two witnesses, and count one without both:
+	writerd serve --addr 10.0.0.5:7070 --tokens /etc/writerd/tokens.json \
+		--witness 'witness.example.com/w1+1b2c3d4e+BEXAMPLE…@https://w1.example.com' \
+		--witness 'witness.example.org/w2+5f6a7b8c+BEXAMPLE…@https://w2.example.org' --witness-quorum 2
+
+	# Let monitors and witnesses read the audit log's tiles without a token:
+	writerd serve --addr 10.0.0.5:7070 --tokens /etc/writerd/tokens.json --audit-public
 
 	# Keep idempotency keys for a week, in a chosen data directory:
 	writerd serve --stdio --data /var/lib/writerd --key-ttl 168h
@@ -131,15 +166,20 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.DurationVar(&c.keyTTL, "key-ttl", pipeline.DefaultKeyTTL, "how long an idempotency key stays spent, a `duration`")
 	fs.DurationVar(&c.keyWait, "key-wait", pipeline.DefaultKeyWait, "how long a call waits for a running call with its key, a `duration`")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "the lowest `level` logged: debug, info, warn or error")
-	fs.StringVar(&c.auditKey, "audit-key", "", "the `file` of the key that signs audit checkpoints, created 0600 if missing (default <data>/"+auditKeyFile+"; with --store, required, the same file on every replica)")
-	fs.Uint64Var(&c.cpEvery, "checkpoint-every", 1000, "sign an audit checkpoint after this many `events`")
+	fs.StringVar(&c.auditKey, "audit-key", "", "the `file` of the key that signs audit checkpoints, created 0600 if missing (default: the log's own in the key directory, "+keyDirDefault+"; with --store, required, the same file on every replica)")
+	fs.Uint64Var(&c.cpEvery, "checkpoint-every", 1000, "sign an audit checkpoint as soon as this many `events` were appended since the last, of the tree of exactly that many more")
 	fs.DurationVar(&c.cpInterval, "checkpoint-interval", time.Minute, "sign an audit checkpoint at least this often while events come, a `duration`")
+	fs.BoolVar(&c.auditPub, "audit-public", false, "serve the audit log's tlog paths (/v1/audit/tlog/: its checkpoint and tiles, read-only) without a token")
+	fs.Var(&c.witnessFlags, "witness", "send each checkpoint to the witness `VKEY@URL` (its verifier key, its base URL); repeatable")
+	fs.IntVar(&c.witnessQuorum, "witness-quorum", 0, "how many of the witnesses must cosign each checkpoint, `N` (default every witness given)")
+	fs.takes("witness-quorum", "a whole number of witnesses, such as 2")
 	fs.defaults["checkpoint-interval"] = shortDuration(time.Minute)
 	fs.defaults["key-ttl"] = shortDuration(pipeline.DefaultKeyTTL)
 	fs.defaults["key-wait"] = shortDuration(pipeline.DefaultKeyWait)
 	fs.defaults["log-level"] = strings.ToLower(slog.LevelInfo.String())
 	fs.takes("stdio", "true or false")
 	fs.takes("insecure-no-auth", "true or false")
+	fs.takes("audit-public", "true or false")
 	fs.takes("max-body", "a whole number of bytes, such as 1048576")
 	fs.takes("checkpoint-every", "a whole number of events, such as 1000")
 	fs.takes("checkpoint-interval", "a duration such as 1m")
@@ -177,6 +217,9 @@ func (c *ServeCommand) parse(args []string) error {
 	if !c.stdio && c.addr == "" {
 		c.addr = defaultAddr
 	}
+	if c.auditPub && c.addr == "" {
+		return fs.fail("%s serves the audit log's tiles over HTTP, so it needs %s", fs.label("audit-public"), fs.label("addr"))
+	}
 	if c.addr != "" {
 		if _, _, err := net.SplitHostPort(c.addr); err != nil {
 			return fs.fail("%s takes a host and a port, such as %s", fs.label("addr"), defaultAddr)
@@ -203,16 +246,22 @@ func (c *ServeCommand) parse(args []string) error {
 	case c.auditKey == "" && c.storeCfg.Postgres():
 		return fs.fail("%s needs --audit-key FILE: the replicas of one store sign its log with one key, kept apart from the data", fs.label("store"))
 	case c.auditKey == "":
-		c.auditKey = filepath.Join(c.storeCfg.Data, auditKeyFile)
+		// Found by the log's origin in the key directory (daemon.Config).
 	default:
 		c.auditKey, err = fs.path("audit-key", c.auditKey)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return c.parseWitnesses(fs)
 }
 
-// auditKeyFile is the default name of the audit signing key, beside the
-// database but never in it.
-const auditKeyFile = "audit-signing.key"
+// auditKeyFile is the name of the audit signing key an earlier writerd
+// kept in the data directory, beside the database, which still works.
+const auditKeyFile = auditlog.LegacyKeyFile
+
+// keyDirDefault is the key directory, as the usages name it.
+const keyDirDefault = "$XDG_CONFIG_HOME/writerd/audit-keys/, else ~/.config/writerd/audit-keys/"
 
 // loopbackAddr reports whether a listen address is a loopback one:
 // localhost or a loopback IP, never the wildcard.
@@ -247,6 +296,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		Store: c.storeCfg, KeyFile: c.auditKey,
 		Limits: c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait,
 		CheckpointEvery: c.cpEvery, CheckpointInterval: c.cpInterval,
+		Witnesses: c.witnesses, WitnessQuorum: c.witnessQuorum,
 		Logger: log, Version: version(),
 	}
 	if extraTools != nil {
@@ -284,7 +334,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		"auth", authn.describe(), "principal", c.principal,
 		"max_bytes", c.limits.MaxBytes, "max_depth", c.limits.MaxDepth, "max_body", c.maxBody,
 		"key_ttl", c.keyTTL.String(), "key_wait", c.keyWait.String(),
-		"audit_origin", d.Key.Signer.Name(), "checkpoint_every", c.cpEvery, "checkpoint_interval", c.cpInterval.String(),
+		"audit_origin", d.Origin(), "checkpoint_every", c.cpEvery, "checkpoint_interval", c.cpInterval.String(), "audit_public", c.auditPub,
+		"witnesses", witnessNames(c.witnesses), "witness_quorum", c.witnessQuorum,
 		"tools", d.Tools, "version", version())
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -295,7 +346,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
 	if ln != nil {
-		httpSrv = d.HTTPServer(daemon.HTTP{Authenticate: authn.middleware(d.Metrics), Caller: authn.caller, MaxBody: c.maxBody})
+		httpSrv = d.HTTPServer(daemon.HTTP{Authenticate: authn.middleware(d.Metrics), Caller: authn.caller, MaxBody: c.maxBody, AuditPublic: c.auditPub})
 		go func() { httpDone <- httpSrv.Serve(ln) }()
 		if authn.tokens != nil {
 			background.Go(func() { authn.reloadOnHangup(ctx, log) })
