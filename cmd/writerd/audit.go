@@ -314,8 +314,10 @@ func parseKeyFlag(s string) (note.Verifier, string, error) {
 }
 
 // parseWitnessKeys reads --witness values: each a witness's verifier key
-// (c2sp.org/tlog-cosignature, as litewitness prints it; or a plain
-// Ed25519 note key), or a file holding one.
+// (c2sp.org/tlog-cosignature, as litewitness prints it), or a file holding
+// one. Only a cosignature key is a witness's: a plain Ed25519 note key
+// could be the log's own, whose signature line would then count as a
+// witness.
 func parseWitnessKeys(values []string) ([]note.Verifier, error) {
 	var out []note.Verifier
 	for _, s := range values {
@@ -345,10 +347,7 @@ func parseWitnessKeys(values []string) ([]note.Verifier, error) {
 
 // witnessVerifier parses a witness's verifier key.
 func witnessVerifier(text string) (note.Verifier, error) {
-	if v, err := torchwood.NewCosignatureVerifier(text); err == nil {
-		return v, nil
-	}
-	return note.NewVerifier(text)
+	return torchwood.NewCosignatureVerifier(text)
 }
 
 // givenFlag reports whether flag name was given on the command line, not

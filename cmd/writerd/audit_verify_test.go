@@ -458,6 +458,10 @@ func TestAuditCheckpoint_NowAndExportNewer(t *testing.T) {
 func TestAuditVerify_WitnessFlags(t *testing.T) {
 	s := mustAuditLog(t, boltStores.make(t), "flags")
 	a, b := mustWitnessKey(t, "witness.example/a"), mustWitnessKey(t, "witness.example/b")
+	logKey := strings.TrimSpace(mustAudit(t, nil, append([]string{"key"}, s.auditFlags()...)...).stdout)
+	if _, err := auditlog.ParseVerifierKey(logKey); err != nil {
+		t.Fatalf("the log's key %q: %v", logKey, err)
+	}
 	tests := []struct {
 		args []string
 		code int
@@ -468,6 +472,8 @@ func TestAuditVerify_WitnessFlags(t *testing.T) {
 		{[]string{"--witness", a, "--quorum", "0"}, 2, "--quorum takes a number from 1: to trust no witness, give none"},
 		{[]string{"--witness", a, "--witness", a}, 1, "--witness witness.example/a is given twice"},
 		{[]string{"--witness", "not-a-key"}, 1, "--witness is neither a witness's verifier key nor a file that can be read"},
+		// The log's own key is no witness's: its signature is on every checkpoint.
+		{[]string{"--witness", logKey}, 1, "--witness is neither a witness's verifier key nor a file that can be read"},
 		// Both witnesses are trusted, but neither cosigned this log.
 		{[]string{"--witness", a, "--witness", b}, 1, ""},
 	}

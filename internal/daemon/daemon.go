@@ -288,7 +288,14 @@ func (d *Daemon) Run(ctx context.Context) {
 	select {
 	case <-d.Store.Opened():
 	case <-ctx.Done():
-		return
+		// Both may be ready (a stdio client that closed at once): a store
+		// that opened still gets its last checkpoint, so the stop signs
+		// what it holds whichever case select picks.
+		select {
+		case <-d.Store.Opened():
+		default:
+			return
+		}
 	}
 	s := d.Store.Store()
 	if s == nil {

@@ -53,7 +53,21 @@ func (c Config) keyDir() (string, error) {
 // none) on a bbolt store, making one for a fresh install. Its errors are
 // one sentence, naming where it looked: the key directory's paths, and
 // the data directory's file only as <data>/audit-signing.key.
-func (c Config) findKey(origin string) (foundKey, error) {
+//
+// A new key is made only for a log that holds no event: a store that
+// holds events but records no origin (and has no checkpoint to take one
+// from) had its origin removed, and a new key would sign whatever its
+// events now are as a log of its own, past the checkpoint the daemon
+// remembers beside the old key.
+func (c Config) findKey(origin string, events uint64) (foundKey, error) {
+	if origin == "" && events > 0 && (c.KeyFile == "" || !auditlog.KeyExists(c.KeyFile)) &&
+		!auditlog.KeyExists(filepath.Join(c.Store.Data, auditlog.LegacyKeyFile)) {
+		held := fmt.Sprintf("%d audit events", events)
+		if events == 1 {
+			held = "1 audit event"
+		}
+		return foundKey{}, fmt.Errorf("the store holds %s but records no log origin, so the log's signing key cannot be found (was its origin removed?); no new key is made for events already there: give that log's key file with --audit-key", held)
+	}
 	if c.KeyFile != "" {
 		if origin != "" && !auditlog.KeyExists(c.KeyFile) {
 			return foundKey{}, fmt.Errorf("the store's audit log (%s) is signed with a key that is not in the file --audit-key names: there is no file there; give the file of that log's key", origin)
@@ -135,7 +149,17 @@ func (d *Daemon) bindKey(ctx context.Context, s Store) error {
 	if err != nil {
 		return err
 	}
-	f, err := d.cfg.findKey(origin)
+	var events uint64
+	if origin == "" {
+		err := s.View(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+			events, err = tx.Audit().Size()
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	f, err := d.cfg.findKey(origin, events)
 	if err != nil {
 		return &KeyError{err}
 	}

@@ -236,6 +236,49 @@ func TestOpen_RefusesAStoreWithoutItsKey(t *testing.T) {
 	}
 }
 
+// Ensure a store that holds events but whose recorded origin (and every
+// checkpoint it could be taken from) was removed gets no new key: a new
+// one would sign a rewritten log as a log of its own, past the checkpoint
+// remembered beside the old key. The refusal is one sentence, nothing is
+// made in the key directory, and the log's own key given with --audit-key
+// opens it again.
+func TestOpen_RefusesEventsWithoutTheirOrigin(t *testing.T) {
+	data, keys := t.TempDir(), t.TempDir()
+	d := mustOpenDaemon(t, data, keys, nil)
+	origin := d.Origin()
+	err := d.Store.Update(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+		return tx.Audit().Append(&auditlog.Event{Time: time.Now(), Principal: "p", Transport: "go", Tool: "t", IdempotencyKey: "key-00000001", Digest: "ab", Outcome: auditlog.OK})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Checkpointer().Sign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	bolttest.Update(t, data, func(tx bolttest.Tx) error {
+		if err := tx.DeleteBucket([]byte("writerd_meta")); err != nil {
+			return err
+		}
+		return tx.Checkpoints().Delete(bolttest.SeqKey(1))
+	})
+	before := files(t, keys)
+	_, err = openDaemon(data, keys, nil)
+	var ke *KeyError
+	want := "the store holds 1 audit event but records no log origin, so the log's signing key cannot be found (was its origin removed?); no new key is made for events already there: give that log's key file with --audit-key"
+	if !errors.As(err, &ke) || err.Error() != want {
+		t.Fatalf("Open = %v, want the KeyError %q", err, want)
+	}
+	if got := files(t, keys); !slices.Equal(got, before) {
+		t.Errorf("the key directory went from %v to %v", before, got)
+	}
+	again, err := Open(ctx, Config{Store: StoreConfig{Data: data}, KeyFile: auditlog.KeyPath(keys, origin)})
+	if err != nil {
+		t.Fatalf("Open with the log's own key: %v", err)
+	}
+	again.Close()
+}
+
 // Ensure a daemon on a store another process holds finds the log's key as
 // the store opens, in the background: none while it waits, the log's own
 // once the holder lets go, and its checkpointer signs with it.
