@@ -40,6 +40,7 @@ const (
 	targetInproc = "inproc"
 	targetAPI    = "api"
 	targetMCP    = "mcp"
+	targetStdio  = "stdio"
 )
 
 // benchTools are the writes bench can drive, the default first.
@@ -49,7 +50,7 @@ var benchTools = []string{"create_project", "create_record", "update_record"}
 // and the bench, not writerd.
 const benchMaxAgents = 4096
 
-const benchUsage = `usage: writerd bench [--target inproc|api|mcp] [--agents N] [--duration D] [flags]
+const benchUsage = `usage: writerd bench [--target inproc|api|mcp|stdio] [--agents N] [--duration D] [flags]
 
 Drives writes at a chosen concurrency and reports what they cost: writes a
 second, latency (p50, p90, p99, max), errors by code, commits a second and
@@ -76,6 +77,15 @@ Targets:
   api      a running daemon's direct API, POST /v1/tools/{tool}, at --server
   mcp      a running daemon's MCP endpoint, /mcp, at --server: one session of
            the MCP Go SDK's client per agent
+  stdio    MCP over stdio: bench starts one writerd serve --stdio (this
+           binary, on a fresh data directory in $TMPDIR and a configuration
+           directory of its own, both removed at the end; a loopback HTTP
+           port without tokens for its /metrics only) and every agent's calls
+           go to it on its one stdin, concurrently, each answer matched to
+           its call by JSON-RPC id (a bbolt store takes one process, and a
+           stdio server one client). The client is bench's own: newline-
+           delimited JSON-RPC, not the SDK's; it ends the server by closing
+           its stdin
 
 --server may name several replicas, separated by commas: the agents are
 spread over them, and their metrics summed.
@@ -84,20 +94,30 @@ Against a daemon, the token is the file --token-file names, else
 $WRITERD_TOKEN, and needs the write scope; commits, memory and the daemon's
 CPU are read from its /metrics before and after the run.
 
---baseline (inproc only) then runs in the same process, for the same
-duration and agents, each on a fresh data directory with writerd's page
-size and fsync on, the raw store doing the puts of one write: three values
-of about 380 bytes (the entity, the key's record, the audit event) in one
-transaction,
+--baseline (inproc, mcp, stdio; not api) then runs in the same process,
+for the same duration and agents, each on a fresh data directory with
+writerd's page size and fsync on, and prints each one's numbers and
+writerd's against each: writes a second, p50 and p99, writerd's divided by
+the run's. With --target inproc, the raw store doing the puts of one
+write: three values of about 380 bytes (the entity, the key's record, the
+audit event) in one transaction,
 
   db.Update       bbolt, one transaction a write
   db.Batch 10ms   bbolt's Batch at its default MaxBatchDelay
   db.Batch 1ms    bbolt's Batch at 1 ms
   group commit    writerd's group commit (boltdb.DB.Update) without the pipeline
 
-and prints each one's numbers and writerd's against each: writes a second,
-p50 and p99, writerd's divided by the run's. The baselines are bbolt's,
-with --store too.
+(bbolt's, with --store too). With --target mcp (create_project only),
+
+  in process      the pipeline in this process, as --target inproc runs it
+  SDK server      a bare MCP server on the MCP Go SDK writerd links, in this
+                  process on a loopback port: stateless Streamable HTTP with
+                  JSON responses, one tool, create_project, putting the
+                  project and its name in one bbolt db.Update; no
+                  idempotency, no audit, no strict parse; driven by the
+                  same SDK client sessions as writerd
+
+and with --target stdio, the in-process pipeline.
 
 A progress line goes to stderr every second; the report goes to stdout.
 Of the flags, only --server and --token-file are taken from the environment
@@ -109,9 +129,13 @@ Examples:
 	# 64 agents in process, against the raw store in the same run:
 	writerd bench --agents 64 --baseline
 
-	# A running daemon over MCP, as agents call it:
+	# A running daemon over MCP, as agents call it, against the pipeline
+	# in process and a bare SDK server in the same run:
 	export WRITERD_TOKEN=wrd_…   # a token with the write scope
-	writerd bench --target mcp --server http://127.0.0.1:7070 --agents 64
+	writerd bench --target mcp --server http://127.0.0.1:7070 --agents 64 --baseline
+
+	# MCP over stdio, one agent, against the pipeline in process:
+	writerd bench --target stdio --agents 1 --baseline
 
 	# Updates on a store kept between runs, to see how cost grows with it, as JSON:
 	writerd bench --data /tmp/writerd-big --tool update_record --duration 30s -o json
@@ -125,13 +149,13 @@ func (c *BenchCommand) flags() *flagSet {
 	fs.Var(positiveValue{&c.agents}, "agents", "how many `agents` write at once")
 	fs.DurationVar(&c.duration, "duration", c.duration, "how long each run lasts, a `duration`")
 	fs.Var(choiceValue{v: &c.tool, choices: benchTools}, "tool", "the `write`: "+orList(benchTools))
-	targets := []string{targetInproc, targetAPI, targetMCP}
+	targets := []string{targetInproc, targetAPI, targetMCP, targetStdio}
 	fs.Var(choiceValue{v: &c.target, choices: targets}, "target", "the `target` the writes go to: "+orList(targets))
 	fs.StringVar(&c.dataDir, "data", "", "inproc: the data `directory` to write in, kept afterwards: an absolute path, or one starting with ~/ (default: a fresh one in $TMPDIR, removed)")
 	fs.StringVar(&c.store, "store", "", "inproc: a PostgreSQL server's connection `URL` or keyword/value string: bench makes a database of its own there, and drops it at the end")
 	fs.StringVar(&c.server, "server", "", "api, mcp: the daemon's `URL`, such as http://127.0.0.1:7070, or several replicas' separated by commas, the agents spread over them")
 	fs.StringVar(&c.tokenFile, "token-file", "", "api, mcp: the `file` holding a bearer token with the write scope; without it, $WRITERD_TOKEN")
-	fs.BoolVar(&c.baseline, "baseline", false, "inproc: also run the raw store doing the same puts, and compare")
+	fs.BoolVar(&c.baseline, "baseline", false, "inproc: also run the raw store doing the same puts; mcp: the pipeline in process and a bare SDK server; stdio: the pipeline in process; and compare")
 	outputFlag(fs, &c.output, "table", "json")
 	fs.defaults["duration"] = shortDuration(c.duration)
 	fs.takes("agents", fmt.Sprintf("a whole number of agents from 1 to %d, such as 16", benchMaxAgents))
@@ -158,27 +182,38 @@ func (c *BenchCommand) parse(args []string) error {
 	}
 	given := map[string]bool{} // on the command line
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = !fs.fromEnv[f.Name] })
-	remote := c.target != targetInproc
+	remote := c.target == targetAPI || c.target == targetMCP
+	spawned := c.target == targetStdio
 	switch {
 	case c.agents > benchMaxAgents:
 		return fs.fail("%s takes a whole number of agents from 1 to %d, such as 16", fs.label("agents"), benchMaxAgents)
 	case c.duration <= 0:
 		return fs.fail("%s takes a positive duration such as 10s", fs.label("duration"))
-	case remote && c.baseline:
-		return fs.fail("--baseline runs the raw store in this process: it goes with --target inproc, not %s", c.target)
+	case c.target == targetAPI && c.baseline:
+		return fs.fail("--baseline goes with --target inproc, mcp or stdio, not api")
+	case c.target == targetMCP && c.baseline && c.tool != "create_project":
+		return fs.fail("--baseline with --target mcp runs a bare SDK server that has create_project only, not %s", c.tool)
 	case remote && given["data"]:
 		return fs.fail("--data is for --target inproc; a daemon writes in its own data directory")
 	case remote && given["store"]:
 		return fs.fail("--store is for --target inproc; a daemon writes in its own store")
+	case spawned && given["data"]:
+		return fs.fail("--data is for --target inproc; --target stdio starts a server on a fresh data directory")
+	case spawned && given["store"]:
+		return fs.fail("--store is for --target inproc; --target stdio starts a server on a fresh data directory")
+	case spawned && given["server"]:
+		return fs.fail("%s is for --target api or mcp; --target stdio starts a server of its own", fs.label("server"))
+	case spawned && given["token-file"]:
+		return fs.fail("%s is for --target api or mcp; stdio needs no token", fs.label("token-file"))
 	case given["store"] && given["data"]:
 		return fs.fail("--data and --store each name a store; give one of them")
 	case c.store != "" && daemon.CheckURL(c.store) != nil:
 		return fs.fail("--store takes %s", storeForm)
 	case remote && c.server == "":
 		return fs.fail("--target %s needs %s URL, the running daemon's, such as http://127.0.0.1:7070", c.target, fs.label("server"))
-	case !remote && given["server"]:
+	case c.target == targetInproc && given["server"]:
 		return fs.fail("%s is for --target api or mcp; inproc runs the pipeline in this process", fs.label("server"))
-	case !remote && given["token-file"]:
+	case c.target == targetInproc && given["token-file"]:
 		return fs.fail("%s is for --target api or mcp; inproc needs no token", fs.label("token-file"))
 	}
 	if remote {
@@ -213,14 +248,17 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		rep *benchReport
 		err error
 	)
-	if c.target == targetInproc {
+	switch c.target {
+	case targetInproc:
 		rep, err = b.runInproc(ctx, c.dataDir, c.store, c.baseline)
-	} else {
+	case targetStdio:
+		rep, err = b.runStdio(ctx, c.baseline)
+	default:
 		token, terr := c.token()
 		if terr != nil {
 			return terr
 		}
-		rep, err = b.runRemote(ctx, c.target, c.servers, token)
+		rep, err = b.runRemote(ctx, c.target, c.servers, token, c.baseline)
 	}
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)

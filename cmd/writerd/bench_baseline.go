@@ -180,3 +180,64 @@ func basePuts[B putter](bucket func([]byte) B, key []byte) error {
 	}
 	return events.Put(encbin.BigEndian.AppendUint64(nil, seq), baseValue)
 }
+
+// The bare SDK server's store (bench_sdkserver.go): a project under its
+// id and its name in an index, in one durable db.Update, as a user's own
+// MCP server on bbolt would keep them; writerd's page size and bbolt's
+// defaults otherwise (fsync on).
+
+var (
+	sdkProjects = []byte("projects")
+	sdkNames    = []byte("project_names")
+)
+
+// sdkStore is the bare SDK server's store.
+type sdkStore struct {
+	db            *bolt.DB
+	last, commits atomic.Int64
+}
+
+func openSDKStore(dir string) (*sdkStore, error) {
+	db, err := bolt.Open(filepath.Join(dir, boltdb.FileName), 0o600, &bolt.Options{PageSize: boltdb.PageSize})
+	if err != nil {
+		return nil, err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{sdkProjects, sdkNames} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &sdkStore{db: db}, nil
+}
+
+// createProject puts the project's value under id and id under its name,
+// in one transaction, unless the name is taken: then it reports so and
+// puts nothing.
+func (s *sdkStore) createProject(id, name string, value []byte) (taken bool, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		if n := int64(tx.ID()); s.last.Swap(n) != n {
+			s.commits.Add(1)
+		}
+		names := tx.Bucket(sdkNames)
+		if names.Get([]byte(name)) != nil {
+			taken = true
+			return nil
+		}
+		if err := tx.Bucket(sdkProjects).Put([]byte(id), value); err != nil {
+			return err
+		}
+		return names.Put([]byte(name), []byte(id))
+	})
+	return taken, err
+}
+
+func (s *sdkStore) tally() tally { return tally{commits: s.commits.Load()} }
+
+func (s *sdkStore) close() error { return s.db.Close() }

@@ -52,7 +52,7 @@ func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bo
 		}()
 		store = scratch
 	}
-	run, err := b.runPipeline(ctx, store, filepath.Join(dir, auditKeyFile), rep)
+	run, err := b.runPipeline(ctx, "writerd", store, filepath.Join(dir, auditKeyFile), rep)
 	if err != nil {
 		return nil, err
 	}
@@ -66,8 +66,9 @@ func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bo
 	return rep, nil
 }
 
-// runPipeline measures the pipeline's writes on the store.
-func (b *bench) runPipeline(ctx context.Context, store daemon.StoreConfig, keyFile string, rep *benchReport) (*runResult, error) {
+// runPipeline measures the pipeline's writes on the store, as the run
+// named name.
+func (b *bench) runPipeline(ctx context.Context, name string, store daemon.StoreConfig, keyFile string, rep *benchReport) (*runResult, error) {
 	s, err := openBenchPipeline(ctx, store, keyFile)
 	if err != nil {
 		return nil, err
@@ -87,7 +88,7 @@ func (b *bench) runPipeline(ctx context.Context, store daemon.StoreConfig, keyFi
 	rep.StoreBytes = before.file
 	heap := sampleHeap()
 	cpu0, cpuOK := cpuTime()
-	run, err := drive(ctx, b.progress, "writerd", b.agents, b.duration, func(a int, i int64) string {
+	run, err := drive(ctx, b.progress, name, b.agents, b.duration, func(a int, i int64) string {
 		return w.write(ctx, c, a, i)
 	})
 	cpu1, _ := cpuTime()

@@ -20,52 +20,69 @@ import (
 // runRemote runs the writes against daemons at servers (the replicas of
 // one store, or one daemon), over their direct API or MCP, agent a
 // writing to servers[a % len(servers)], and reads what they did from
-// their /metrics, summed.
-func (b *bench) runRemote(ctx context.Context, target string, servers []string, token string) (*benchReport, error) {
+// their /metrics, summed; then, with baseline (MCP only), the pipeline
+// in process and the bare SDK server.
+func (b *bench) runRemote(ctx context.Context, target string, servers []string, token string, baseline bool) (*benchReport, error) {
 	rep := &benchReport{Tool: b.tool, Target: target, Agents: b.agents, Duration: b.duration.Seconds(), Store: "daemon"}
 	if len(servers) > 1 {
 		rep.Store = strconv.Itoa(len(servers)) + " replicas"
 	}
+	run, err := func() (*runResult, error) {
+		t := b.transport()
+		client := &http.Client{Transport: t}
+		defer client.CloseIdleConnections()
+		scraper := &scraper{client: client}
+		for _, s := range servers {
+			scraper.urls = append(scraper.urls, s+"/metrics")
+		}
+		if _, err := scraper.scrape(ctx); err != nil {
+			return nil, err
+		}
+		var c caller
+		if target == targetAPI {
+			c = &apiCaller{client: client, servers: servers, token: token}
+		} else {
+			mc, err := dialMCP(ctx, servers, token, b.agents, t)
+			if err != nil {
+				return nil, err
+			}
+			defer mc.close()
+			c = mc
+		}
+		return b.measureDaemon(ctx, c, scraper, rep)
+	}()
+	if err != nil {
+		return nil, err
+	}
+	rep.Writerd = run
+	if baseline {
+		if rep.Baselines, err = b.runTransportBaselines(ctx, target == targetMCP); err != nil {
+			return nil, err
+		}
+		rep.compare()
+	}
+	return rep, nil
+}
+
+// transport is the HTTP transport of bench's clients: a connection kept
+// for each agent.
+func (b *bench) transport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = b.agents+8, b.agents+8
 	t.ResponseHeaderTimeout = time.Minute
-	client := &http.Client{Transport: t}
-	defer client.CloseIdleConnections()
-	scraper := &scraper{client: client}
-	for _, s := range servers {
-		scraper.urls = append(scraper.urls, s+"/metrics")
-	}
-	if _, err := scraper.scrape(ctx); err != nil {
-		return nil, err
-	}
+	return t
+}
 
-	var c caller
-	if target == targetAPI {
-		c = &apiCaller{client: client, servers: servers, token: token}
-	} else {
-		mc, err := dialMCP(ctx, servers, token, b.agents, t)
-		if err != nil {
-			return nil, err
-		}
-		defer mc.close()
-		c = mc
-	}
+// measureDaemon runs the writes through c against a daemon whose /metrics
+// the scraper reads, and returns the run, named writerd: the daemon's
+// commits, CPU and memory from its metrics, this process's CPU.
+func (b *bench) measureDaemon(ctx context.Context, c caller, scraper *scraper, rep *benchReport) (*runResult, error) {
 	w := newWorkload(b.tool, b.agents)
 	if err := setupAgents(ctx, w, c, b.agents); err != nil {
 		return nil, err
 	}
-	// One write per agent before the run, not measured: connections are
-	// open, and a refused token is said at once.
-	warm := make([]string, b.agents)
-	var wg sync.WaitGroup
-	for a := range b.agents {
-		wg.Go(func() { warm[a] = w.write(ctx, c, a, -1) })
-	}
-	wg.Wait()
-	for _, code := range warm {
-		if code != "" {
-			return nil, refusal(b.tool, code)
-		}
+	if err := warmUp(ctx, w, c, b.agents, b.tool); err != nil {
+		return nil, err
 	}
 
 	before, err := scraper.scrape(ctx)
@@ -101,8 +118,24 @@ func (b *bench) runRemote(ctx context.Context, target string, servers []string, 
 	}
 	run.Heap = &memory{End: uint64(after.heap), Peak: uint64(max(heapPeak, after.heap))}
 	run.RSS = &memory{End: uint64(after.rss), Peak: uint64(max(rssPeak, after.rss))}
-	rep.Writerd = run
-	return rep, nil
+	return run, nil
+}
+
+// warmUp sends one write per agent, all at once, not measured: before the
+// run, connections are open, and a refused token is said at once.
+func warmUp(ctx context.Context, w *workload, c caller, agents int, tool string) error {
+	warm := make([]string, agents)
+	var wg sync.WaitGroup
+	for a := range agents {
+		wg.Go(func() { warm[a] = w.write(ctx, c, a, -1) })
+	}
+	wg.Wait()
+	for _, code := range warm {
+		if code != "" {
+			return refusal(tool, code)
+		}
+	}
+	return nil
 }
 
 // envelopeCode returns the code of writerd's error envelope, or "".
@@ -168,6 +201,9 @@ type tokenTransport struct {
 }
 
 func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.token == "" { // the bare SDK server's: none
+		return t.base.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+t.token)
 	return t.base.RoundTrip(r)

@@ -127,7 +127,7 @@ func (r *benchReport) writeJSON(w io.Writer) error {
 // writerd's against each baseline, then writerd's errors, CPU, memory and
 // disk.
 func (r *benchReport) writeTable(w io.Writer) {
-	where := map[string]string{targetInproc: "in process", targetAPI: "over the direct API", targetMCP: "over MCP Streamable HTTP"}[r.Target]
+	where := map[string]string{targetInproc: "in process", targetAPI: "over the direct API", targetMCP: "over MCP Streamable HTTP", targetStdio: "over MCP stdio"}[r.Target]
 	agents := fmt.Sprintf("%d agents", r.Agents)
 	if r.Agents == 1 {
 		agents = "1 agent"

@@ -2,17 +2,19 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/writerd/writerd/pipeline"
 )
 
 // benchUsageLine is the first line of writerd bench's usage.
-const benchUsageLine = "usage: writerd bench [--target inproc|api|mcp] [--agents N] [--duration D] [flags]"
+const benchUsageLine = "usage: writerd bench [--target inproc|api|mcp|stdio] [--agents N] [--duration D] [flags]"
 
 // benchShort are the flags of a short run, as the tests make it.
 var benchShort = []string{"--duration", "300ms", "--agents", "4"}
@@ -243,7 +245,7 @@ func TestBench_Usage(t *testing.T) {
 		{"a duration without its unit", []string{"--duration", "10"}, "writerd bench: --duration takes a duration such as 10s"},
 		{"a duration at zero", []string{"--duration", "0s"}, "writerd bench: --duration takes a positive duration such as 10s"},
 		{"a tool that does not write", []string{"--tool", "list_projects"}, "writerd bench: --tool takes create_project, create_record or update_record"},
-		{"an unknown target", []string{"--target", "grpc"}, "writerd bench: --target takes inproc, api or mcp"},
+		{"an unknown target", []string{"--target", "grpc"}, "writerd bench: --target takes inproc, api, mcp or stdio"},
 		{"an unknown format", []string{"-o", "yaml"}, "writerd bench: -o takes table or json"},
 		{"a relative data directory", []string{"--data", "store"}, "writerd bench: --data takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one"},
 		{"a server in process", []string{"--server", "http://127.0.0.1:7070"}, "writerd bench: --server is for --target api or mcp; inproc runs the pipeline in this process"},
@@ -252,11 +254,154 @@ func TestBench_Usage(t *testing.T) {
 		{"a URL that is not one", []string{"--target", "mcp", "--server", "127.0.0.1:7070"}, "writerd bench: --server takes the daemon's URL, such as http://127.0.0.1:7070, or several separated by commas"},
 		{"a URL with a path", []string{"--target", "mcp", "--server", "http://127.0.0.1:7070/mcp"}, "writerd bench: --server takes the daemon's URL, such as http://127.0.0.1:7070, or several separated by commas"},
 		{"a daemon's data directory", []string{"--target", "api", "--server", "http://127.0.0.1:7070", "--data", "/tmp/store"}, "writerd bench: --data is for --target inproc; a daemon writes in its own data directory"},
-		{"a baseline against a daemon", []string{"--target", "api", "--server", "http://127.0.0.1:7070", "--baseline"}, "writerd bench: --baseline runs the raw store in this process: it goes with --target inproc, not api"},
+		{"a baseline against the direct API", []string{"--target", "api", "--server", "http://127.0.0.1:7070", "--baseline"}, "writerd bench: --baseline goes with --target inproc, mcp or stdio, not api"},
+		{"an MCP baseline of another tool", []string{"--target", "mcp", "--server", "http://127.0.0.1:7070", "--baseline", "--tool", "update_record"}, "writerd bench: --baseline with --target mcp runs a bare SDK server that has create_project only, not update_record"},
+		{"a server for stdio", []string{"--target", "stdio", "--server", "http://127.0.0.1:7070"}, "writerd bench: --server is for --target api or mcp; --target stdio starts a server of its own"},
+		{"a token file for stdio", []string{"--target", "stdio", "--token-file", "/tmp/token"}, "writerd bench: --token-file is for --target api or mcp; stdio needs no token"},
+		{"a data directory for stdio", []string{"--target", "stdio", "--data", "/tmp/store"}, "writerd bench: --data is for --target inproc; --target stdio starts a server on a fresh data directory"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := mustRun(t, append([]string{"bench"}, tt.args...)...)
 			mustFollowUsage(t, r, 2, benchUsageLine, tt.first, usages...)
 		})
 	}
+}
+
+// benchTransportShort are the flags of a short run against a transport.
+var benchTransportShort = []string{"--duration", "1s", "--agents", "2"}
+
+// mustLeaveNothing fails the test if dir, bench's TMPDIR, holds anything
+// after it, or a process still names it (a server bench started on a data
+// directory in it).
+func mustLeaveNothing(t testing.TB, dir string) {
+	t.Helper()
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Errorf("bench left %v in its TMPDIR (%v), want nothing", left, err)
+	}
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), dir) {
+			t.Errorf("a process bench started still runs: %s", strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+}
+
+// mustHaveRatios checks that the report has baselines named names, each
+// with writes and writerd's ratio against it.
+func mustHaveRatios(t testing.TB, rep *benchReport, names ...string) {
+	t.Helper()
+	var got []string
+	for _, b := range rep.Baselines {
+		got = append(got, b.Name)
+		mustHaveWritten(t, b)
+		if b.Ratio == nil || b.Ratio.WritesPerSecond <= 0 || b.Ratio.P50 <= 0 || b.Ratio.P99 <= 0 {
+			t.Errorf("%s: ratio %+v, want writerd's against it", b.Name, b.Ratio)
+		}
+	}
+	if !slices.Equal(got, names) {
+		t.Errorf("baselines %v, want %v", got, names)
+	}
+}
+
+// mustHaveRows checks that the table has a row and a ratio for each of
+// names, and a row for writerd.
+func mustHaveRows(t testing.TB, table string, names ...string) {
+	t.Helper()
+	_, against, ok := strings.Cut(table, "writerd against each (writerd's divided by the run's):")
+	if !ok || !strings.Contains(table, "\nwriterd  ") {
+		t.Fatalf("the table has no writerd row or no ratios:\n%s", table)
+	}
+	for _, n := range names {
+		if strings.Count(table, "\n"+n+"  ") != 2 || !strings.Contains(against, "\n"+n+"  ") {
+			t.Errorf("the table lacks %s's run or its ratio:\n%s", n, table)
+		}
+	}
+}
+
+// Ensure --baseline with --target mcp runs, in the same run and with the
+// same agents, writerd over MCP, the pipeline in process and the bare SDK
+// server, each making writes, and prints writerd's ratio to each, in the
+// table and in JSON; and that the SDK server's data directory is removed
+// afterwards.
+func TestBench_BaselineMCP(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	token := mustToken(t, tokens, "bench", pipeline.ScopeRead|pipeline.ScopeWrite)
+	d := MustStartHTTP(t, httpConfig{tokens: tokens})
+	tmp := t.TempDir()
+	env := []string{"WRITERD_TOKEN=" + token, "TMPDIR=" + tmp}
+	flags := []string{"--target", "mcp", "--server", d.url, "--baseline"}
+
+	r := mustRunWith(t, runConfig{env: env}, append(append([]string{"bench"}, flags...), "--duration", "300ms", "--agents", "2")...)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	mustHaveRows(t, r.stdout, runInProcess, runSDKServer)
+
+	rep := mustBench(t, runConfig{env: env}, append(flags, benchTransportShort...)...)
+	if rep.Target != targetMCP || rep.Agents != 2 {
+		t.Errorf("report of target %s, %d agents", rep.Target, rep.Agents)
+	}
+	mustHaveWritten(t, rep.Writerd)
+	mustHaveRatios(t, rep, runInProcess, runSDKServer)
+	for _, b := range rep.Baselines {
+		if b.Name == runSDKServer && b.WritesPerCommit != 1 {
+			t.Errorf("the SDK server commits %.2f writes a transaction, want 1 (db.Update)", b.WritesPerCommit)
+		}
+	}
+	mustLeaveNothing(t, tmp)
+}
+
+// Ensure the bare SDK server answers create_project over the SDK's client,
+// refuses a name taken, and once closed has its port closed.
+func TestBench_SDKServer(t *testing.T) {
+	s, err := startSDKServer(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{agents: 1}
+	tr := b.transport()
+	mc, err := dialMCP(t.Context(), []string{s.url}, "", 1, tr)
+	if err != nil {
+		s.close()
+		t.Fatal(err)
+	}
+	w := newWorkload("create_project", 1)
+	if code := w.write(t.Context(), mc, 0, 0); code != "" {
+		t.Errorf("the first create_project failed: %s", code)
+	}
+	if code := w.write(t.Context(), mc, 0, 0); code != "CONFLICT" {
+		t.Errorf("create_project of a name taken: %q, want CONFLICT", code)
+	}
+	mc.close()
+	tr.CloseIdleConnections()
+	if err := s.close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if s.store.commits.Load() < 2 {
+		t.Errorf("%d commits, want one a call", s.store.commits.Load())
+	}
+	if conn, err := net.DialTimeout("tcp", strings.TrimPrefix(s.url, "http://"), time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the SDK server's port %s is still open after close", s.url)
+	}
+}
+
+// Ensure --target stdio starts writerd serve --stdio, drives it with the
+// agents over its one stdin, reads its commits, CPU and memory, and, with
+// --baseline, runs the pipeline in process and prints writerd's ratio;
+// and that the server has exited and its directories are gone afterwards.
+func TestBench_Stdio(t *testing.T) {
+	tmp := t.TempDir()
+	rep := mustBench(t, runConfig{env: []string{"TMPDIR=" + tmp, "WRITERD_DATA=" + filepath.Join(tmp, "serve")}},
+		append([]string{"--target", "stdio", "--baseline"}, benchTransportShort...)...)
+	if rep.Target != targetStdio || rep.Store != "fresh" || rep.Agents != 2 {
+		t.Errorf("report of target %s, store %s, %d agents", rep.Target, rep.Store, rep.Agents)
+	}
+	run := rep.Writerd
+	mustHaveWritten(t, run)
+	if run.CPU.Server == nil || *run.CPU.Server <= 0 || run.CommitMillis <= 0 || run.Heap == nil || run.Heap.End == 0 || run.RSS == nil || run.RSS.End == 0 {
+		t.Errorf("cpu %+v, commits of %v ms, heap %+v, resident %+v; want the server's CPU, commits and memory", run.CPU, run.CommitMillis, run.Heap, run.RSS)
+	}
+	mustHaveRatios(t, rep, runInProcess)
+	mustLeaveNothing(t, tmp)
 }
