@@ -24,6 +24,18 @@
 // answers with gets the fixed message of its code (publicError): the SDK's
 // own messages echo method names, tool names and params.
 //
+// The tools/call fast path (fast.go): the SDK decodes a tools/call several
+// times over and encodes its answer twice, though the Gate has parsed the
+// frame already. So a transport answers the common tools/call itself (a
+// request naming a pipeline tool, params of only name, arguments and, in
+// 2026-07-28, the _meta triple in the shapes the SDK's own client sends,
+// in a session the SDK would serve it in), through the very tool handler
+// the SDK calls and with the bytes the SDK would write; every other frame,
+// and every request whose headers or session the SDK would judge in a way
+// the fast path does not copy, goes to the SDK. Options.DisableFastPath
+// turns it off; the differential test and FuzzFastPathAgrees hold both
+// paths to the same answers.
+//
 // Stdio is the stdio transport: the Gate in front of the SDK, ids of its
 // own towards the SDK, and a drain that answers every request read before
 // the client closed stdin.

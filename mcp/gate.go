@@ -7,6 +7,7 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -37,7 +38,8 @@ const (
 )
 
 // Message is a frame the gate let through, in its parts. Every part holds
-// the bytes as sent: an answer carries ID exactly as the client wrote it.
+// the bytes as sent (the frame's own: it must not change while the message
+// is used): an answer carries ID exactly as the client wrote it.
 type Message struct {
 	Kind   Kind
 	ID     jsontext.Value // nil for a notification
@@ -99,7 +101,7 @@ func Gate(frame []byte) (*Message, *Refusal) {
 	default:
 		return nil, &refuseNotObject
 	}
-	members := topMembers(frame)
+	members, order := topMembers(frame)
 	var id jsontext.Value
 	if ids := members["id"]; len(ids) == 1 && validID(ids[0]) {
 		id = ids[0]
@@ -120,8 +122,10 @@ func Gate(frame []byte) (*Message, *Refusal) {
 		return nil, &refuseID
 	}
 	m := &Message{ID: id}
-	for name, vs := range members {
-		v := vs[0]
+	// In the frame's order, so that a frame with two faults is always
+	// refused for the same one.
+	for _, name := range order {
+		v := members[name][0]
 		switch name {
 		case "jsonrpc", "id":
 		case "method":
@@ -169,7 +173,9 @@ func Gate(frame []byte) (*Message, *Refusal) {
 // maxFrameDepth. Duplicate members are left to a later check, so that the
 // id of such a frame can still be read.
 func checkSyntax(frame []byte) *Refusal {
-	d := jsontext.NewDecoder(bytes.NewReader(frame), jsontext.AllowDuplicateNames(true))
+	fd := getDecoder(frame, jsontext.AllowDuplicateNames(true))
+	defer fd.release()
+	d := &fd.d
 	for {
 		tok, err := d.ReadToken()
 		if err != nil {
@@ -200,26 +206,59 @@ func firstByte(b []byte) byte {
 }
 
 // topMembers returns the members of a syntactically valid object, each
-// name with every value it was given, in order.
-func topMembers(frame []byte) map[string][]jsontext.Value {
+// name with every value it was given, in order, and the names in the
+// order of their first appearance.
+func topMembers(frame []byte) (map[string][]jsontext.Value, []string) {
 	members := map[string][]jsontext.Value{}
-	d := jsontext.NewDecoder(bytes.NewReader(frame), jsontext.AllowDuplicateNames(true))
+	var order []string
+	fd := getDecoder(frame, jsontext.AllowDuplicateNames(true))
+	defer fd.release()
+	d := &fd.d
 	if _, err := d.ReadToken(); err != nil {
-		return members
+		return members, order
 	}
 	for d.PeekKind() == '"' {
 		tok, err := d.ReadToken()
 		if err != nil {
-			return members
+			return members, order
 		}
 		name := tok.String() // before the next call voids tok
 		v, err := d.ReadValue()
 		if err != nil {
-			return members
+			return members, order
 		}
-		members[name] = append(members[name], v.Clone())
+		end := int(d.InputOffset())
+		v = frame[end-len(v) : end] // the frame's own bytes
+		if _, seen := members[name]; !seen {
+			order = append(order, name)
+		}
+		members[name] = append(members[name], v)
 	}
-	return members
+	return members, order
+}
+
+// frameDecoder reads one frame in place: over a bytes.Buffer, a decoder
+// reads the buffer's bytes without copying them. Pooled, for the gate and
+// the fast path parse every frame.
+type frameDecoder struct {
+	buf bytes.Buffer
+	d   jsontext.Decoder
+}
+
+var frameDecoders = sync.Pool{New: func() any { return new(frameDecoder) }}
+
+func getDecoder(b []byte, opts ...jsontext.Options) *frameDecoder {
+	fd := frameDecoders.Get().(*frameDecoder)
+	fd.buf = *bytes.NewBuffer(b)
+	fd.d.Reset(&fd.buf, opts...)
+	return fd
+}
+
+// release returns fd to the pool, holding nothing of its frame.
+func (fd *frameDecoder) release() {
+	fd.buf = bytes.Buffer{}
+	fd.d.Reset(&fd.buf)
+	frameDecoders.Put(fd)
 }
 
 // integerID is the form of a numeric id: an integer, with no fraction or

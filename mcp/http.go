@@ -42,7 +42,7 @@ func NewHTTPHandler(srv *sdk.Server, opts HTTPOptions) http.Handler {
 	if opts.OnRefuse == nil {
 		opts.OnRefuse = func(string) {}
 	}
-	h := &httpHandler{opts: opts}
+	h := &httpHandler{opts: opts, fast: fastPathOf(srv)}
 	h.sdk = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{
 		Stateless:    true,
 		JSONResponse: true,
@@ -56,6 +56,7 @@ func NewHTTPHandler(srv *sdk.Server, opts HTTPOptions) http.Handler {
 type httpHandler struct {
 	sdk  http.Handler
 	opts HTTPOptions
+	fast *fastPath // nil: every request is the SDK's
 }
 
 // sdkRequestID is the id every request reaches the SDK under: one HTTP
@@ -81,6 +82,12 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		id = m.ID
+		if h.fast != nil {
+			if req, newProto, ok := h.fast.httpCall(r, m); ok {
+				writeFrame(w, http.StatusOK, h.fast.answer(r.Context(), id, req, newProto))
+				return
+			}
+		}
 		if m.Kind == KindRequest && Unoffered[m.Method] {
 			// Before the SDK, which would open a stream for
 			// subscriptions/listen.

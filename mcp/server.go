@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,8 +37,15 @@ type Options struct {
 	MinProtocol string
 	// Middleware run inside writerd's own, after the request id is set and
 	// under its panic recovery, in the order given. (Middleware added to
-	// the returned server later runs outside them, unprotected.)
+	// the returned server later runs outside them, unprotected, and does
+	// not see the tools/calls the fast path answers.)
 	Middleware []sdk.Middleware
+	// DisableFastPath sends every tools/call through the SDK. By default
+	// the transports (NewHTTPHandler, and Stdio given the server) answer
+	// the common tools/call themselves, through the same tool handler and
+	// with the same bytes (see fast.go); never while Middleware is set,
+	// which may watch every request.
+	DisableFastPath bool
 }
 
 // NewServer returns an MCP server that serves every tool registered in p.
@@ -45,7 +53,8 @@ func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 	if opts.Name == "" {
 		opts.Name = "writerd"
 	}
-	srv := sdk.NewServer(&sdk.Implementation{Name: opts.Name, Version: opts.Version}, &sdk.ServerOptions{
+	impl := &sdk.Implementation{Name: opts.Name, Version: opts.Version}
+	srv := sdk.NewServer(impl, &sdk.ServerOptions{
 		Logger:                    slog.New(sdkLog{opts.Logger.Handler()}),
 		SupportedProtocolVersions: protocolsFrom(opts.MinProtocol),
 		// The tools never change while the server runs, so clients are
@@ -56,8 +65,20 @@ func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 		},
 	})
 	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered}, opts.Middleware...)...)
+	h := handler(p, opts.Caller)
+	tools := map[string]bool{}
 	for _, t := range p.Tools() {
-		srv.AddTool(toolOf(t), handler(p, opts.Caller))
+		srv.AddTool(toolOf(t), h)
+		// A tool with parameters in headers (x-mcp-header) has them
+		// checked by the SDK.
+		tools[t.Name] = !bytes.Contains(t.InputSchema, []byte("x-mcp-header"))
+	}
+	if !opts.DisableFastPath && len(opts.Middleware) == 0 {
+		versions := protocolsFrom(opts.MinProtocol)
+		if versions == nil {
+			versions = sdk.SupportedProtocolVersions()
+		}
+		registerFastPath(srv, &fastPath{handler: h, log: opts.Logger, tools: tools, impl: impl, versions: versions})
 	}
 	return srv
 }
@@ -154,18 +175,22 @@ func guard(log *slog.Logger) sdk.Middleware {
 				if r == nil {
 					return
 				}
-				log.Error("panic in MCP method", "request_id", id, "method", knownMethod(method),
-					"cause", fmt.Sprintf("%v\n%s", r, debug.Stack()))
-				if method == "tools/call" {
-					res, err = Render(&pipeline.Result{RequestID: id, Outcome: pipeline.OutcomeError,
-						Err: pipeline.Public(fmt.Errorf("panic: %v", r))}), nil
-					return
-				}
-				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: pipeline.InternalMessage}
+				res, err = panicAnswer(log, id, method, r)
 			}()
 			return next(ctx, method, req)
 		}
 	}
+}
+
+// panicAnswer logs a panic in a method handler and returns its answer.
+func panicAnswer(log *slog.Logger, id, method string, r any) (sdk.Result, error) {
+	log.Error("panic in MCP method", "request_id", id, "method", knownMethod(method),
+		"cause", fmt.Sprintf("%v\n%s", r, debug.Stack()))
+	if method == "tools/call" {
+		return Render(&pipeline.Result{RequestID: id, Outcome: pipeline.OutcomeError,
+			Err: pipeline.Public(fmt.Errorf("panic: %v", r))}), nil
+	}
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: pipeline.InternalMessage}
 }
 
 // logLevels are the levels of MCP's logging/setLevel (RFC 5424 severities).

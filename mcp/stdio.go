@@ -28,6 +28,10 @@ type StdioOptions struct {
 	// OnRefuse, if set, is told the kind of every refused frame, for the
 	// transport metrics.
 	OnRefuse func(kind string)
+	// Server, if set, is the server that runs the transport: a tools/call
+	// that its fast path takes (see NewServer's Options.DisableFastPath)
+	// is answered by the transport, once the session is initialized.
+	Server *sdk.Server
 }
 
 // Stdio returns the transport of writerd serve --stdio: newline-delimited
@@ -56,8 +60,10 @@ type stdioTransport struct {
 	opts StdioOptions
 }
 
-func (t *stdioTransport) Connect(context.Context) (sdk.Connection, error) {
+func (t *stdioTransport) Connect(ctx context.Context) (sdk.Connection, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	c := &stdioConn{
+		fast: fastPathOf(t.opts.Server), ctx: ctx, cancel: cancel,
 		in: t.in, out: t.out, log: t.opts.Logger, onRefuse: t.opts.OnRefuse,
 		lines:    make(chan line),
 		closed:   make(chan struct{}),
@@ -80,6 +86,11 @@ type line struct {
 type pending struct {
 	id  jsontext.Value // as the client sent it
 	key string         // its idKey, for notifications/cancelled
+	// version is an initialize's protocolVersion, as requested.
+	version string
+	init    bool // an initialize
+	// cancel ends a tools/call on the fast path; nil for the SDK's.
+	cancel context.CancelFunc
 }
 
 type stdioConn struct {
@@ -95,10 +106,20 @@ type stdioConn struct {
 
 	writeMu sync.Mutex // one frame at a time on out
 
+	fast   *fastPath          // nil: every request is the SDK's
+	ctx    context.Context    // of the fast path's calls; ends at Close
+	cancel context.CancelFunc // ends ctx
+
 	mu      sync.Mutex
 	next    int64
 	pending map[int64]pending // by the id the SDK sees
 	byKey   map[string]int64  // the newest pending request of each client id
+	// initialized is set once the SDK answered an initialize with a
+	// result: from then on the SDK serves calls. version is the
+	// protocol version that initialize requested, which decides how the
+	// SDK encodes results.
+	initialized bool
+	version     string
 }
 
 // readLines sends stdin's lines to Read until an error ends it, so that
@@ -168,6 +189,9 @@ func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			c.refuse(refusal)
 			continue
 		}
+		if c.fastCall(m) {
+			continue
+		}
 		if msg := c.toSDK(m); msg != nil {
 			return msg, nil
 		}
@@ -180,9 +204,13 @@ func (c *stdioConn) toSDK(m *Message) jsonrpc.Message {
 	switch m.Kind {
 	case KindRequest:
 		key, _ := idKey(m.ID)
+		p := pending{id: m.ID, key: key}
+		if m.Method == "initialize" {
+			p.init, p.version = true, requestedVersion(m.Params)
+		}
 		c.mu.Lock()
 		c.next++
-		c.pending[c.next] = pending{id: m.ID, key: key}
+		c.pending[c.next] = p
 		c.byKey[key] = c.next
 		id := c.next
 		c.mu.Unlock()
@@ -231,8 +259,13 @@ func (c *stdioConn) cancelled(params jsontext.Value) (jsontext.Value, bool) {
 	}
 	c.mu.Lock()
 	id, ok := c.byKey[key]
+	cancel := c.pending[id].cancel
 	c.mu.Unlock()
 	if !ok {
+		return nil, false
+	}
+	if cancel != nil {
+		cancel() // a call on the fast path: the SDK does not know it
 		return nil, false
 	}
 	p["requestId"] = jsontext.Value(sdkIDText(id))
@@ -243,7 +276,7 @@ func (c *stdioConn) cancelled(params jsontext.Value) (jsontext.Value, bool) {
 func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	var frame []byte
 	if r, ok := msg.(*jsonrpc.Response); ok {
-		frame = responseFrame(c.answer(r.ID), r)
+		frame = responseFrame(c.answer(r.ID, r.Error == nil), r)
 	} else {
 		var err error
 		if frame, err = jsonrpc.EncodeMessage(msg); err != nil {
@@ -261,20 +294,99 @@ func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 }
 
 // answer returns the id the client sent the request under, and forgets
-// the request.
-func (c *stdioConn) answer(id jsonrpc.ID) jsontext.Value {
+// the request. ok says whether the SDK answered it with a result.
+func (c *stdioConn) answer(id jsonrpc.ID, ok bool) jsontext.Value {
 	n, _ := id.Raw().(int64)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	p := c.forget(n)
+	if p.init && ok && !c.initialized {
+		c.initialized, c.version = true, p.version
+	}
+	return p.id
+}
+
+// forget drops the pending request the SDK knows as n, and returns it.
+// c.mu is held.
+func (c *stdioConn) forget(n int64) pending {
 	p, ok := c.pending[n]
 	if !ok {
-		return nil
+		return pending{}
 	}
 	delete(c.pending, n)
 	if c.byKey[p.key] == n {
 		delete(c.byKey, p.key)
 	}
-	return p.id
+	return p
+}
+
+// fastCall answers m on the fast path, if it takes it: a tools/call in a
+// session initialized by an old-protocol client. The call runs on its own,
+// as the SDK runs calls, and is answered under the id as sent.
+func (c *stdioConn) fastCall(m *Message) bool {
+	if c.fast == nil || m.Kind != KindRequest || m.Method != "tools/call" {
+		return false
+	}
+	c.mu.Lock()
+	ready := c.initialized && c.version < protocolNew
+	c.mu.Unlock()
+	if !ready {
+		return false
+	}
+	name, args, meta, ok := c.fast.toolCall(m.Params)
+	if !ok || meta != nil {
+		return false
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	key, _ := idKey(m.ID)
+	c.mu.Lock()
+	c.next++
+	n := c.next
+	c.pending[n] = pending{id: m.ID, key: key, cancel: cancel}
+	c.byKey[key] = n
+	c.mu.Unlock()
+	go func() {
+		defer cancel()
+		req := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: name, Arguments: args}}
+		frame := c.fast.answer(ctx, m.ID, req, false)
+		// Written before it is forgotten, so that the drain waits for
+		// the line.
+		c.write(frame)
+		c.mu.Lock()
+		c.forget(n)
+		c.mu.Unlock()
+		select {
+		case c.answered <- struct{}{}:
+		default:
+		}
+	}()
+	return true
+}
+
+// requestedVersion is the protocolVersion an initialize's params name, as
+// the SDK reads it: "" if absent (an initialize whose version is not a
+// string fails).
+func requestedVersion(params jsontext.Value) string {
+	d := jsontext.NewDecoder(bytes.NewReader(params))
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		return ""
+	}
+	for d.PeekKind() == '"' {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return ""
+		}
+		name := tok.String()
+		v, err := d.ReadValue()
+		if err != nil {
+			return ""
+		}
+		if name == "protocolVersion" { // the SDK matches names exactly
+			s, _ := unquote(v)
+			return s
+		}
+	}
+	return ""
 }
 
 func (c *stdioConn) write(frame []byte) error {
@@ -322,6 +434,7 @@ func (c *stdioConn) drain(ctx context.Context) {
 func (c *stdioConn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
+		c.cancel()
 		close(c.closed)
 		err = c.in.Close()
 	})

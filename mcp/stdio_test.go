@@ -56,7 +56,7 @@ func MustStdio(t testing.TB, raw bool) *stdio {
 	srv := mcp.NewServer(p, mcp.Options{Logger: log,
 		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller }})
 	go func() {
-		s.err = srv.Run(context.Background(), mcp.Stdio(inR, outW, mcp.StdioOptions{MaxFrame: 1 << 20, Logger: log}))
+		s.err = srv.Run(context.Background(), mcp.Stdio(inR, outW, mcp.StdioOptions{MaxFrame: 1 << 20, Logger: log, Server: srv}))
 		outW.Close()
 		close(s.done)
 	}()

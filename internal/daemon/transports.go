@@ -116,7 +116,7 @@ func (d *Daemon) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer
 	// oversized call is answered with INPUT_TOO_LARGE: a frame holds the
 	// arguments escaped at most sixfold (\u0000 for a byte).
 	maxFrame := max(sdk.DefaultMaxLineLength, 6*d.cfg.Limits.MaxBytes+64<<10)
-	return srv.Run(ctx, mcp.Stdio(in, out, mcp.StdioOptions{
+	return srv.Run(ctx, mcp.Stdio(in, out, mcp.StdioOptions{Server: srv,
 		MaxFrame: maxFrame, Logger: d.log,
 		OnRefuse: func(kind string) { d.Metrics.TransportError(pipeline.TransportStdio, kind) },
 	}))
