@@ -37,7 +37,8 @@ import (
 // in a way the fast path does not copy: over HTTP, any header the SDK
 // would refuse or a _meta of a shape not known to decode; over stdio,
 // before an initialize was answered, after an initialize that asked for
-// 2026-07-28 or later, and any request with _meta. The differential test
+// a version after 2026-07-28, and any request whose _meta is not the
+// 2026-07-28 triple in a shape known to decode. The differential test
 // (fastpath_test.go) and FuzzFastPathAgrees hold both paths to the same
 // bytes.
 
@@ -194,28 +195,44 @@ func newProtocolMeta(meta jsontext.Value, version string) bool {
 // fastCalls counts the calls the fast path answered, for tests.
 var fastCalls atomic.Int64
 
+// additions are what the SDK adds to a tools/call result, by the protocol
+// of the request and of the session.
+type additions uint8
+
+const (
+	// addServerInfo, for a request of 2026-07-28 (one with the _meta
+	// triple): the server's implementation in _meta, on every result.
+	addServerInfo additions = 1 << iota
+	// addResultType, for a call in a session of 2026-07-28 or later (over
+	// HTTP the request's _meta makes it; over stdio the initialize):
+	// "resultType": "complete", which the SDK sets in its tools/call
+	// method after the tool handler returned, and so not on the answer to
+	// a panic (which guard makes outside it).
+	addResultType
+)
+
 // call runs the tool as the SDK would under writerd's middleware: with the
 // request id the edge set or a new one, a panic answered as guard answers
-// it. It returns the result as the SDK encodes it; newProto adds what the
-// SDK adds for a request of 2026-07-28: the server's implementation in
-// _meta and "resultType": "complete".
-func (f *fastPath) call(ctx context.Context, req *sdk.CallToolRequest, newProto bool) json.RawMessage {
+// it. It returns the result as the SDK encodes it, with add.
+func (f *fastPath) call(ctx context.Context, req *sdk.CallToolRequest, add additions) json.RawMessage {
 	fastCalls.Add(1)
 	id := pipeline.RequestID(ctx)
 	if id == "" {
 		id = ulid.Make().String()
 		ctx = pipeline.WithRequestID(ctx, id)
 	}
+	panicked := false
 	res := func() (res sdk.Result) {
 		defer func() {
 			if r := recover(); r != nil {
+				panicked = true
 				res, _ = panicAnswer(f.log, id, "tools/call", r)
 			}
 		}()
 		res, _ = f.handler(ctx, req)
 		return res
 	}()
-	if newProto {
+	if add&addServerInfo != 0 {
 		m := res.GetMeta()
 		if m == nil {
 			m = map[string]any{}
@@ -235,15 +252,15 @@ func (f *fastPath) call(ctx context.Context, req *sdk.CallToolRequest, newProto 
 		// would answer an internal error too.
 		return nil
 	}
-	if newProto {
+	if add&addResultType != 0 && !panicked {
 		b = append(b[:len(b)-1], `,"resultType":"complete"}`...)
 	}
 	return b
 }
 
 // answer is the JSON-RPC response to a tools/call sent under id.
-func (f *fastPath) answer(ctx context.Context, id jsontext.Value, req *sdk.CallToolRequest, newProto bool) []byte {
-	result := f.call(ctx, req, newProto)
+func (f *fastPath) answer(ctx context.Context, id jsontext.Value, req *sdk.CallToolRequest, add additions) []byte {
+	result := f.call(ctx, req, add)
 	if result == nil {
 		return responseFrame(id, &jsonrpc.Response{Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError}})
 	}

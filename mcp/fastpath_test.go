@@ -45,6 +45,19 @@ func openDaemon(t testing.TB) *daemon.Daemon {
 	return d
 }
 
+// panicky is a pipeline whose Call panics on arguments that hold
+// panicWord, for the panic's answer on both paths.
+type panicky struct{ pipeline.Service }
+
+const panicWord = "panic-now"
+
+func (p panicky) Call(ctx context.Context, c pipeline.Caller, tool string, args []byte) *pipeline.Result {
+	if bytes.Contains(args, []byte(panicWord)) {
+		panic(panicWord)
+	}
+	return p.Service.Call(ctx, c, tool, args)
+}
+
 // scopeHeader, on an HTTP request, makes the caller a reader only.
 const scopeHeader = "X-Test-Read-Only"
 
@@ -109,7 +122,7 @@ type httpPath struct {
 func newHTTPPath(t testing.TB, fast bool) *httpPath {
 	d := openDaemon(t)
 	log := slog.New(slog.DiscardHandler)
-	srv := mcp.NewServer(d.Pipeline, mcp.Options{Version: "test", Logger: log, MinProtocol: "2025-06-18",
+	srv := mcp.NewServer(panicky{d.Pipeline}, mcp.Options{Version: "test", Logger: log, MinProtocol: "2025-06-18",
 		Caller: testCaller(pipeline.TransportHTTP, false), DisableFastPath: !fast})
 	return &httpPath{h: mcp.NewHTTPHandler(srv, mcp.HTTPOptions{Logger: log}), ids: newIDs()}
 }
@@ -150,7 +163,7 @@ type stdioPath struct {
 func newStdioPath(t testing.TB, fast, readOnly bool) *stdioPath {
 	d := openDaemon(t)
 	log := slog.New(slog.DiscardHandler)
-	srv := mcp.NewServer(d.Pipeline, mcp.Options{Version: "test", Logger: log,
+	srv := mcp.NewServer(panicky{d.Pipeline}, mcp.Options{Version: "test", Logger: log,
 		Caller: testCaller(pipeline.TransportStdio, readOnly), DisableFastPath: !fast})
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -280,6 +293,7 @@ func toolCorpus(prefix string) []string {
 		`{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"list_projects"}}`,
 		`{"jsonrpc":"2.0","id":32,"method":"tools/call","params":{"arguments":{},"name":"list_projects"}}`,
 		`{"jsonrpc":"2.0","id":33,"method":"tools/call","params":{"name":"list_projects","arguments":{}}}`,
+		call(`"panic"`, "list_projects", `{"x":"`+panicWord+`"}`), // a panicking handler
 		// Unknown tools, and params the fast path leaves to the SDK.
 		call(`34`, "no_such_tool", `{}`),
 		call(`35`, "", `{}`),
@@ -360,6 +374,38 @@ func newProtocol(frame string) (string, []string) {
 	return frame, h
 }
 
+const pv = `"io.modelcontextprotocol/protocolVersion":"2026-07-28"`
+
+// newMetas are _meta of a tools/call of the new protocol, in shapes the
+// fast path takes and shapes it leaves to the SDK.
+var newMetas = []string{
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}},"io.modelcontextprotocol/clientInfo":{"name":"writerd-test","version":"1"}}`,
+	`{"io.modelcontextprotocol/clientInfo":{"name":"a","title":"b","description":"c","version":"1","websiteUrl":"x"},"io.modelcontextprotocol/clientCapabilities":{"sampling":{},"elicitation":{},"experimental":{"a":[1]},"extensions":{"x":{}}},` + pv + `}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{}}`,
+	`{` + pv + `}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":null}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":[]}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":1}}}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":null}}}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"roots":true}}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"sampling":{"tools":true}}}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"sampling":{"tools":{}}}}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"unknown":5}}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":5}}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":null}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"icons":[]}}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"debug"}`,
+	`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"progressToken":"t"}`,
+	`{"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{}}`,
+	`{"io.modelcontextprotocol/protocolVersion":"2099-01-01","io.modelcontextprotocol/clientCapabilities":{}}`,
+	`{"io.modelcontextprotocol/protocolVersion":5,"io.modelcontextprotocol/clientCapabilities":{}}`,
+	`{"io.modelcontextprotocol/protocolVersion":"2026\u002d07-28","io.modelcontextprotocol/clientCapabilities":{}}`,
+	`{}`,
+	`[]`,
+	`null`,
+}
+
 // httpCorpus is toolCorpus at every protocol version writerd serves over
 // HTTP (and with no version header), then requests whose headers the SDK
 // judges.
@@ -409,34 +455,7 @@ func httpCorpus() []httpStep {
 	newCall := func(id int, meta string) string {
 		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"list_projects","arguments":{},"_meta":%s}}`, id, meta)
 	}
-	const pv = `"io.modelcontextprotocol/protocolVersion":"2026-07-28"`
-	for i, meta := range []string{
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}},"io.modelcontextprotocol/clientInfo":{"name":"writerd-test","version":"1"}}`,
-		`{"io.modelcontextprotocol/clientInfo":{"name":"a","title":"b","description":"c","version":"1","websiteUrl":"x"},"io.modelcontextprotocol/clientCapabilities":{"sampling":{},"elicitation":{},"experimental":{"a":[1]},"extensions":{"x":{}}},` + pv + `}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{}}`,
-		`{` + pv + `}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":null}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":[]}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":1}}}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":null}}}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"roots":true}}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"sampling":{"tools":true}}}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"sampling":{"tools":{}}}}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{"unknown":5}}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":5}}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":null}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"icons":[]}}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"debug"}`,
-		`{` + pv + `,"io.modelcontextprotocol/clientCapabilities":{},"progressToken":"t"}`,
-		`{"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{}}`,
-		`{"io.modelcontextprotocol/protocolVersion":"2099-01-01","io.modelcontextprotocol/clientCapabilities":{}}`,
-		`{"io.modelcontextprotocol/protocolVersion":5,"io.modelcontextprotocol/clientCapabilities":{}}`,
-		`{"io.modelcontextprotocol/protocolVersion":"2026\u002d07-28","io.modelcontextprotocol/clientCapabilities":{}}`,
-		`{}`,
-		`[]`,
-		`null`,
-	} {
+	for i, meta := range newMetas {
 		steps = append(steps, httpStep{frame: newCall(100+i, meta), header: newHeaders})
 	}
 	good := newCall(200, `{`+pv+`,"io.modelcontextprotocol/clientCapabilities":{}}`)
@@ -501,8 +520,9 @@ func initializeAt(id, version string) string {
 }
 
 // stdioCorpus is a session: calls before initialization, an initialize at
-// version, the tool corpus, a second initialize, and the tool corpus in
-// two frames of one line and as requests of the new protocol.
+// version, the tool corpus, per-request _meta of every shape, the tool
+// corpus as requests of the new protocol, a second initialize, and calls
+// with line ends and spaces around them.
 func stdioCorpus(version string) []string {
 	steps := []string{
 		call(`"early"`, "list_projects", `{}`), // before initialize
@@ -512,6 +532,16 @@ func stdioCorpus(version string) []string {
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
 	}
 	steps = append(steps, toolCorpus("s")...)
+	// Per-request _meta (SEP-2575), which the SDK judges whatever the
+	// session's version, and the tool corpus as requests of 2026-07-28.
+	for i, meta := range newMetas {
+		steps = append(steps, fmt.Sprintf(`{"jsonrpc":"2.0","id":"meta-%d","method":"tools/call","params":{"name":"list_projects","arguments":{},"_meta":%s}}`, i, meta))
+	}
+	steps = append(steps, `{"jsonrpc":"2.0","id":"meta-panic","method":"tools/call","params":{"_meta":{`+pv+`,"io.modelcontextprotocol/clientCapabilities":{}},"name":"list_projects","arguments":{"x":"`+panicWord+`"}}}`)
+	for _, f := range toolCorpus("n") {
+		f, _ = newProtocol(f)
+		steps = append(steps, f)
+	}
 	steps = append(steps,
 		initializeAt(`"again"`, "2026-07-28"),
 		`{"jsonrpc":"2.0","id":"new","method":"tools/call","params":{"name":"list_projects","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`,
@@ -526,12 +556,13 @@ func TestFastPathAgrees_Stdio(t *testing.T) {
 		t.Run("version="+version, func(t *testing.T) {
 			before := mcp.FastCalls()
 			defer func() {
-				// A client that asked for 2026-07-28 or later has its
-				// results encoded with resultType: the SDK's.
+				// A session whose client asked for a version after
+				// 2026-07-28 is the SDK's.
 				n := mcp.FastCalls() - before
-				if version < "2026-07-28" && n < 40 || version >= "2026-07-28" && n != 0 {
+				if version <= "2026-07-28" && n < 80 || version > "2026-07-28" && n != 0 {
 					t.Errorf("the fast path answered %d calls", n)
 				}
+				t.Logf("the fast path answered %d calls", n)
 			}()
 			fast, slow := newStdioPath(t, true, false), newStdioPath(t, false, false)
 			for i, f := range stdioCorpus(version) {
@@ -554,17 +585,28 @@ func TestFastPathAgrees_Stdio(t *testing.T) {
 }
 
 // FuzzFastPathAgrees sends generated frames through both paths, over HTTP
-// (at the protocol version the first byte picks) and stdio, and wants the
-// same answers. The stores live across inputs; each path's numbering is
+// (at the protocol version the first byte picks) and stdio (in a session
+// initialized at 2025-06-18 and one at 2026-07-28), and wants the same
+// answers. The stores live across inputs; each path's numbering is
 // fresh for each input.
 func FuzzFastPathAgrees(f *testing.F) {
 	for i, s := range toolCorpus("f") {
 		f.Add(byte(i), s)
+		s, _ = newProtocol(s)
+		f.Add(byte(i), s)
+	}
+	for i, meta := range newMetas {
+		f.Add(byte(i), `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_projects","arguments":{},"_meta":`+meta+`}}`)
 	}
 	fastH, slowH := newHTTPPath(f, true), newHTTPPath(f, false)
+	// Stdio sessions initialized at 2025-06-18 and at 2026-07-28.
 	fastS, slowS := newStdioPath(f, true, false), newStdioPath(f, false, false)
+	fastN, slowN := newStdioPath(f, true, false), newStdioPath(f, false, false)
 	for _, p := range []*stdioPath{fastS, slowS} {
 		p.send(initializeAt("0", "2025-06-18"))
+	}
+	for _, p := range []*stdioPath{fastN, slowN} {
+		p.send(initializeAt("0", "2026-07-28"))
 	}
 	versions := []string{"2025-06-18", "2025-11-25", "", "2026-07-28", "2025-03-26"}
 	f.Fuzz(func(t *testing.T, pick byte, frame string) {
@@ -572,13 +614,17 @@ func FuzzFastPathAgrees(f *testing.F) {
 			t.Skip()
 		}
 		fastH.ids, slowH.ids, fastS.ids, slowS.ids = newIDs(), newIDs(), newIDs(), newIDs()
-		fastS.t, slowS.t = t, t
+		fastN.ids, slowN.ids = newIDs(), newIDs()
+		fastS.t, slowS.t, fastN.t, slowN.t = t, t, t, t
 		header := httpHeaders(versions[int(pick)%len(versions)])
 		if got, want := fastH.do(http.MethodPost, frame, header), slowH.do(http.MethodPost, frame, header); got != want {
 			t.Errorf("HTTP %q %q:\nfast path: %.2000s\nSDK:       %.2000s", frame, header, got, want)
 		}
 		if got, want := fastS.send(frame), slowS.send(frame); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("stdio %q:\nfast path: %.2000q\nSDK:       %.2000q", frame, got, want)
+		}
+		if got, want := fastN.send(frame), slowN.send(frame); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("stdio at 2026-07-28 %q:\nfast path: %.2000q\nSDK:       %.2000q", frame, got, want)
 		}
 	})
 }

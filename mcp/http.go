@@ -84,7 +84,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id = m.ID
 		if h.fast != nil {
 			if req, newProto, ok := h.fast.httpCall(r, m); ok {
-				writeFrame(w, http.StatusOK, h.fast.answer(r.Context(), id, req, newProto))
+				var add additions
+				if newProto {
+					add = addServerInfo | addResultType
+				}
+				writeFrame(w, http.StatusOK, h.fast.answer(r.Context(), id, req, add))
 				return
 			}
 		}

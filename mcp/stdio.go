@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -321,21 +322,40 @@ func (c *stdioConn) forget(n int64) pending {
 }
 
 // fastCall answers m on the fast path, if it takes it: a tools/call in a
-// session initialized by an old-protocol client. The call runs on its own,
-// as the SDK runs calls, and is answered under the id as sent.
+// session the SDK initialized, at a version before 2026-07-28 or at
+// 2026-07-28 itself, with no _meta or the _meta triple of 2026-07-28 in
+// a shape the SDK is known to decode (the SDK checks that triple against
+// the versions served, not against the session's initialize). The call
+// runs on its own, as the SDK runs calls, and is answered under the id as
+// sent.
 func (c *stdioConn) fastCall(m *Message) bool {
 	if c.fast == nil || m.Kind != KindRequest || m.Method != "tools/call" {
 		return false
 	}
 	c.mu.Lock()
-	ready := c.initialized && c.version < protocolNew
+	initialized, version := c.initialized, c.version
 	c.mu.Unlock()
-	if !ready {
+	if !initialized || version > protocolNew {
 		return false
 	}
 	name, args, meta, ok := c.fast.toolCall(m.Params)
-	if !ok || meta != nil {
+	if !ok {
 		return false
+	}
+	var add additions
+	if version == protocolNew {
+		// The SDK sets resultType on the calls of a session whose
+		// initialize asked for 2026-07-28 or later.
+		add = addResultType
+	}
+	if meta != nil {
+		// A request of 2026-07-28 (SEP-2575), whatever the session's
+		// version: the SDK adds the server's implementation (resultType
+		// still follows the session). Any other _meta is the SDK's.
+		if !slices.Contains(c.fast.versions, protocolNew) || !newProtocolMeta(meta, protocolNew) {
+			return false
+		}
+		add |= addServerInfo
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	key, _ := idKey(m.ID)
@@ -348,7 +368,7 @@ func (c *stdioConn) fastCall(m *Message) bool {
 	go func() {
 		defer cancel()
 		req := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: name, Arguments: args}}
-		frame := c.fast.answer(ctx, m.ID, req, false)
+		frame := c.fast.answer(ctx, m.ID, req, add)
 		// Written before it is forgotten, so that the drain waits for
 		// the line.
 		c.write(frame)
