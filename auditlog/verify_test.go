@@ -3,10 +3,7 @@ package auditlog_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
 
@@ -32,34 +29,9 @@ func (m *memLog) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 // with a new key.
 func mustLog(t *testing.T, n int) (*memLog, *auditlog.Key, []byte) {
 	t.Helper()
-	m := &memLog{}
-	at := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	for i := range n {
-		e := &auditlog.Event{Seq: uint64(i + 1), ID: fmt.Sprintf("01JGHJ0QZ5%016d", i), Time: at.Add(time.Duration(i) * time.Second),
-			Principal: "agent", Transport: "go", Tool: "create_project", IdempotencyKey: fmt.Sprintf("k-%08d", i), Outcome: auditlog.OK}
-		c, err := e.Canonical()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := tlog.StoredHashes(int64(i), c, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.leaves, m.hashes = append(m.leaves, c), append(m.hashes, h...)
-	}
-	key, err := auditlog.LoadKey(filepath.Join(t.TempDir(), "key"), "writerd/test", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := tlog.TreeHash(int64(n), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signed, err := auditlog.Checkpoint{Origin: key.Signer.Name(), Size: uint64(n), Root: root}.Sign(key.Signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, key, signed
+	key := newKey(t)
+	l := buildLog(t, key, n, 0, uint64(n))
+	return l.memLog, key, l.cps[uint64(n)]
 }
 
 // stream yields the memory log's events, with leaves[i] replaced where

@@ -2,8 +2,6 @@ package auditlog_test
 
 import (
 	"bytes"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/witness/witnesstest"
 )
 
 // trustLog is a log of n events in memory, with its own checkpoints
@@ -90,14 +89,7 @@ type witness struct {
 
 func newWitness(t *testing.T, name string) witness {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := torchwood.NewCosignatureSigner(name, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := witnesstest.NewSigner(t, name)
 	return witness{s, s.Verifier()}
 }
 

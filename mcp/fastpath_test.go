@@ -1,7 +1,6 @@
 package mcp_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -154,7 +153,7 @@ func (p *httpPath) do(method, frame string, header []string) string {
 // stdioPath is one server over the stdio transport.
 type stdioPath struct {
 	t     testing.TB
-	in    *io.PipeWriter
+	in    io.WriteCloser
 	lines chan string
 	ids   *ids
 	n     int
@@ -165,32 +164,8 @@ func newStdioPath(t testing.TB, fast, readOnly bool) *stdioPath {
 	log := slog.New(slog.DiscardHandler)
 	srv := mcp.NewServer(panicky{d.Pipeline}, mcp.Options{Version: "test", Logger: log,
 		Caller: testCaller(pipeline.TransportStdio, readOnly), DisableFastPath: !fast})
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	p := &stdioPath{t: t, in: inW, lines: make(chan string, 100), ids: newIDs()}
-	done := make(chan struct{})
-	go func() {
-		srv.Run(context.Background(), mcp.Stdio(inR, outW, mcp.StdioOptions{MaxFrame: 1 << 20, Logger: log, Server: srv}))
-		outW.Close()
-		close(done)
-	}()
-	go func() {
-		sc := bufio.NewScanner(outR)
-		sc.Buffer(nil, 8<<20)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
-	t.Cleanup(func() {
-		inW.Close()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("the server did not end after stdin closed")
-		}
-	})
-	return p
+	r := runStdio(t, srv, log, 8<<20)
+	return &stdioPath{t: t, in: r.in, lines: r.lines, ids: newIDs()}
 }
 
 // send writes a frame and returns the lines it was answered with: as

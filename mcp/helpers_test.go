@@ -1,18 +1,20 @@
 package mcp_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -65,14 +67,7 @@ func MustServeMiddleware(t testing.TB, mw []sdk.Middleware, setup ...func(*sdk.S
 
 func mustServe(t testing.TB, opts *sdk.ClientSessionOptions, mw []sdk.Middleware, setup ...func(*sdk.Server)) *server {
 	t.Helper()
-	d, err := daemon.Open(context.Background(), daemon.Config{
-		Store:   daemon.StoreConfig{Data: t.TempDir()},
-		KeyFile: filepath.Join(t.TempDir(), "audit.key"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := openDaemon(t)
 	p := d.Pipeline
 	s := &server{t: t, d: d, p: p, frames: new(frames), log: new(lockedBuffer)}
 	srv := mcp.NewServer(p, mcp.Options{
@@ -341,3 +336,44 @@ func isULID(v any) bool {
 
 // key returns the i-th idempotency key of a test.
 func key(i int) string { return fmt.Sprintf("key-%06d", i) }
+
+// stdioRun is a server served on a pair of pipes: in is its stdin, lines
+// what it writes (closed when it ends), done closed once Run returned,
+// with its error in err.
+type stdioRun struct {
+	in    io.WriteCloser
+	lines chan string
+	done  chan struct{}
+	err   error
+}
+
+// runStdio serves srv on a pair of pipes until stdin closes; the test's
+// cleanup closes stdin and waits for the end.
+func runStdio(t testing.TB, srv *sdk.Server, log *slog.Logger, maxLine int) *stdioRun {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	r := &stdioRun{in: inW, lines: make(chan string, 100), done: make(chan struct{})}
+	go func() {
+		r.err = srv.Run(context.Background(), mcp.Stdio(inR, outW, mcp.StdioOptions{MaxFrame: 1 << 20, Logger: log, Server: srv}))
+		outW.Close()
+		close(r.done)
+	}()
+	go func() {
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(nil, maxLine)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+		close(r.lines)
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		select {
+		case <-r.done:
+		case <-time.After(20 * time.Second):
+			t.Error("the server did not end after stdin closed")
+		}
+	})
+	return r
+}

@@ -1,13 +1,11 @@
 package mcp_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +23,10 @@ import (
 // the answers.
 type stdio struct {
 	t     testing.TB
-	in    *io.PipeWriter
-	out   *bufio.Scanner
+	in    io.WriteCloser
 	log   *lockedBuffer
 	d     *daemon.Daemon
-	done  chan struct{} // closed when the server's Run returns
-	err   error         // what Run returned
+	run   *stdioRun // the server's Run: done, and its error
 	lines chan string
 }
 
@@ -40,42 +36,13 @@ const initialize = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"pro
 // notifications/initialized first and reads the answer.
 func MustStdio(t testing.TB, raw bool) *stdio {
 	t.Helper()
-	d, err := daemon.Open(context.Background(), daemon.Config{
-		Store:   daemon.StoreConfig{Data: t.TempDir()},
-		KeyFile: filepath.Join(t.TempDir(), "audit.key"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	p := d.Pipeline
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	s := &stdio{t: t, in: inW, log: new(lockedBuffer), d: d, done: make(chan struct{}), lines: make(chan string, 100)}
+	d := openDaemon(t)
+	s := &stdio{t: t, log: new(lockedBuffer), d: d}
 	log := slog.New(slog.NewJSONHandler(s.log, nil))
-	srv := mcp.NewServer(p, mcp.Options{Logger: log,
+	srv := mcp.NewServer(d.Pipeline, mcp.Options{Logger: log,
 		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller }})
-	go func() {
-		s.err = srv.Run(context.Background(), mcp.Stdio(inR, outW, mcp.StdioOptions{MaxFrame: 1 << 20, Logger: log, Server: srv}))
-		outW.Close()
-		close(s.done)
-	}()
-	go func() {
-		sc := bufio.NewScanner(outR)
-		sc.Buffer(nil, 4<<20)
-		for sc.Scan() {
-			s.lines <- sc.Text()
-		}
-		close(s.lines)
-	}()
-	t.Cleanup(func() {
-		inW.Close()
-		select {
-		case <-s.done:
-		case <-time.After(20 * time.Second):
-			t.Error("the server did not end after stdin closed")
-		}
-	})
+	s.run = runStdio(t, srv, log, 4<<20)
+	s.in, s.lines = s.run.in, s.run.lines
 	if !raw {
 		s.send(initialize)
 		s.answer()
@@ -194,7 +161,7 @@ func TestStdio_ErrorsEchoNothing(t *testing.T) {
 		t.Errorf("a known log level was refused: %+v", got.Error)
 	}
 	s.in.Close()
-	<-s.done
+	<-s.run.done
 	if strings.Contains(s.log.String(), m) {
 		t.Errorf("the log holds a value the client sent:\n%s", s.log)
 	}
@@ -223,9 +190,9 @@ func TestStdio_AnswersEverythingReadBeforeEOF(t *testing.T) {
 		}
 		answered[string(got.ID)] = true
 	}
-	<-s.done
-	if s.err != nil {
-		t.Errorf("Run: %v", s.err)
+	<-s.run.done
+	if s.run.err != nil {
+		t.Errorf("Run: %v", s.run.err)
 	}
 	for i := range calls + 1 {
 		if !answered[fmt.Sprint(i)] {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,18 +21,8 @@ import (
 
 func (p *protocol) do(t *testing.T, method, path, token string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, p.base.JoinPath(path).String(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	a := send(t, method, p.base.JoinPath(path).String(), token)
+	return a.status, a.body
 }
 
 // Ensure an event is served with the leaf the tree holds, byte for byte,

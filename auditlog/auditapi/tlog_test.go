@@ -92,7 +92,14 @@ type answer struct {
 
 func (s *tlogServer) get(t *testing.T, path, token string) answer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, s.base+path, nil)
+	return send(t, http.MethodGet, s.base+path, token)
+}
+
+// send sends a request without a body, with token as its bearer token
+// unless it is empty, and returns the answer read whole.
+func send(t testing.TB, method, url, token string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package witness_test
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/witness"
+	"github.com/writerd/writerd/auditlog/witness/witnesstest"
 )
 
 // The answers no real witness gives, from a witness of the test's own on
@@ -41,14 +41,7 @@ type fakeWitness struct {
 
 func newFake(t testing.TB, name string) *fakeWitness {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := torchwood.NewCosignatureSigner(name, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := witnesstest.NewSigner(t, name)
 	f := &fakeWitness{t: t, signer: s, vkey: s.Verifier().String()}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.hits.Add(1)

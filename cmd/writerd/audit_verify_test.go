@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -13,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/torchwood"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/auditlog/witness/witnesstest"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
@@ -492,13 +491,5 @@ func TestAuditVerify_WitnessFlags(t *testing.T) {
 // of a key no witness holds.
 func mustWitnessKey(t testing.TB, name string) string {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := torchwood.NewCosignatureSigner(name, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.Verifier().String()
+	return witnesstest.NewSigner(t, name).Verifier().String()
 }

@@ -13,6 +13,8 @@ package witnesstest
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -28,7 +30,25 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"filippo.io/torchwood"
 )
+
+// NewSigner makes a witness's cosigner (c2sp.org/tlog-cosignature) of a
+// new Ed25519 key, as a witness holds one: for tests that cosign
+// checkpoints without a litewitness.
+func NewSigner(t testing.TB, name string) *torchwood.CosignatureSigner {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := torchwood.NewCosignatureSigner(name, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // EnvDir names the directory holding litewitness and witnessctl;
 // EnvRequired makes their absence a failure.
