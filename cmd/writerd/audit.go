@@ -295,20 +295,28 @@ func (a *auditFrom) verifier(ctx context.Context, src source) (note.Verifier, st
 // parseKeyFlag reads --key: a verifier key, or a file holding one (alone,
 // or as the second line of a daemon's key file).
 func parseKeyFlag(s string) (note.Verifier, string, error) {
-	if v, err := auditlog.ParseVerifierKey(s); err == nil {
+	return keyOrFile("key", "a verifier key", "verifier key (writerd audit key prints one)", s, auditlog.ParseVerifierKey)
+}
+
+// keyOrFile reads the value of --flag: a key parse takes, or a file
+// holding one (its one line, or the second of a daemon's key file). It
+// returns the key and its text; its errors say what the flag takes, and
+// never repeat the value.
+func keyOrFile(flag, takes, holds, s string, parse func(string) (note.Verifier, error)) (note.Verifier, string, error) {
+	if v, err := parse(strings.TrimSpace(s)); err == nil {
 		return v, strings.TrimSpace(s), nil
 	}
 	b, err := os.ReadFile(expandHome(s))
 	if err != nil {
-		return nil, "", fmt.Errorf("--key is neither a verifier key nor a file that can be read: %w", pathless(err))
+		return nil, "", fmt.Errorf("--%s is neither %s nor a file that can be read: %w", flag, takes, pathless(err))
 	}
 	text, err := verifierLine(b)
 	if err != nil {
-		return nil, "", fmt.Errorf("--key names a file that %w", err)
+		return nil, "", fmt.Errorf("--%s names a file that %w", flag, err)
 	}
-	v, err := auditlog.ParseVerifierKey(text)
+	v, err := parse(text)
 	if err != nil {
-		return nil, "", fmt.Errorf("--key names a file that holds no verifier key (writerd audit key prints one)")
+		return nil, "", fmt.Errorf("--%s names a file that holds no %s", flag, holds)
 	}
 	return v, text, nil
 }
@@ -321,19 +329,9 @@ func parseKeyFlag(s string) (note.Verifier, string, error) {
 func parseWitnessKeys(values []string) ([]note.Verifier, error) {
 	var out []note.Verifier
 	for _, s := range values {
-		text := strings.TrimSpace(s)
-		v, err := witnessVerifier(text)
+		v, _, err := keyOrFile("witness", "a witness's verifier key", "witness verifier key", s, witnessVerifier)
 		if err != nil {
-			b, rerr := os.ReadFile(expandHome(s))
-			if rerr != nil {
-				return nil, fmt.Errorf("--witness is neither a witness's verifier key nor a file that can be read: %w", pathless(rerr))
-			}
-			if text, err = verifierLine(b); err == nil {
-				v, err = witnessVerifier(text)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("--witness names a file that holds no witness verifier key")
-			}
+			return nil, err
 		}
 		for _, o := range out {
 			if o.Name() == v.Name() && o.KeyHash() == v.KeyHash() {
