@@ -52,6 +52,7 @@ type fastPath struct {
 	log      *slog.Logger
 	tools    map[string]bool // the pipeline's, as registered on the server
 	impl     *sdk.Implementation
+	implJSON []byte   // impl as json.Marshal encodes it
 	versions []string // the protocol versions served
 }
 
@@ -246,11 +247,15 @@ func (f *fastPath) call(ctx context.Context, req *sdk.CallToolRequest, add addit
 	// MarshalJSON of its own) and embeds it as it is; resultType is the
 	// last member its MarshalJSON writes (inputRequests, after it, is
 	// never set here).
-	b, err := json.Marshal(res)
-	if err != nil || len(b) < 2 || b[len(b)-1] != '}' {
-		// Render makes nothing json.Marshal refuses; were it to, the SDK
-		// would answer an internal error too.
-		return nil
+	b, ok := f.encodeResult(res)
+	if !ok {
+		var err error
+		b, err = json.Marshal(res)
+		if err != nil || len(b) < 2 || b[len(b)-1] != '}' {
+			// Render makes nothing json.Marshal refuses; were it to, the
+			// SDK would answer an internal error too.
+			return nil
+		}
 	}
 	if add&addResultType != 0 && !panicked {
 		b = append(b[:len(b)-1], `,"resultType":"complete"}`...)

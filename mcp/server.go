@@ -78,7 +78,11 @@ func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 		if versions == nil {
 			versions = sdk.SupportedProtocolVersions()
 		}
-		registerFastPath(srv, &fastPath{handler: h, log: opts.Logger, tools: tools, impl: impl, versions: versions})
+		implJSON, err := json.Marshal(impl)
+		if err != nil {
+			panic("mcp: cannot encode the server's implementation: " + err.Error())
+		}
+		registerFastPath(srv, &fastPath{handler: h, log: opts.Logger, tools: tools, impl: impl, implJSON: implJSON, versions: versions})
 	}
 	return srv
 }
