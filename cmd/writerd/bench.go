@@ -30,6 +30,7 @@ type BenchCommand struct {
 	servers   []string
 	tokenFile string
 	baseline  bool
+	client    string
 	output    string
 
 	fs *flagSet
@@ -75,8 +76,13 @@ Targets:
            --store, on a database bench makes on that PostgreSQL server and
            drops at the end
   api      a running daemon's direct API, POST /v1/tools/{tool}, at --server
-  mcp      a running daemon's MCP endpoint, /mcp, at --server: one session of
-           the MCP Go SDK's client per agent
+  mcp      a running daemon's MCP endpoint, /mcp, at --server, through
+           --client: bench (the default), bench's own client, which sends
+           what the MCP Go SDK's client sends at protocol 2026-07-28 (each
+           call stateless, the _meta triple, the standard headers) at a
+           fraction of its CPU, so that the figures are the daemon's more
+           than the client's; or sdk, one session of the SDK's client per
+           agent, for what an SDK agent costs
   stdio    MCP over stdio: bench starts one writerd serve --stdio (this
            binary, on a fresh data directory in $TMPDIR and a configuration
            directory of its own, both removed at the end; a loopback HTTP
@@ -115,7 +121,7 @@ audit event) in one transaction,
                   JSON responses, one tool, create_project, putting the
                   project and its name in one bbolt db.Update; no
                   idempotency, no audit, no strict parse; driven by the
-                  same SDK client sessions as writerd
+                  same --client as writerd
 
 and with --target stdio, the in-process pipeline.
 
@@ -156,6 +162,9 @@ func (c *BenchCommand) flags() *flagSet {
 	fs.StringVar(&c.server, "server", "", "api, mcp: the daemon's `URL`, such as http://127.0.0.1:7070, or several replicas' separated by commas, the agents spread over them")
 	fs.StringVar(&c.tokenFile, "token-file", "", "api, mcp: the `file` holding a bearer token with the write scope; without it, $WRITERD_TOKEN")
 	fs.BoolVar(&c.baseline, "baseline", false, "inproc: also run the raw store doing the same puts; mcp: the pipeline in process and a bare SDK server; stdio: the pipeline in process; and compare")
+	clients := []string{clientBench, clientSDK}
+	c.client = clientBench
+	fs.Var(choiceValue{v: &c.client, choices: clients}, "client", "mcp: the MCP `client` of each agent: bench's own or the SDK's, "+orList(clients))
 	outputFlag(fs, &c.output, "table", "json")
 	fs.defaults["duration"] = shortDuration(c.duration)
 	fs.takes("agents", fmt.Sprintf("a whole number of agents from 1 to %d, such as 16", benchMaxAgents))
@@ -163,6 +172,7 @@ func (c *BenchCommand) flags() *flagSet {
 	fs.takes("tool", orList(benchTools))
 	fs.takes("target", orList(targets))
 	fs.takes("baseline", "true or false")
+	fs.takes("client", orList(clients))
 	c.fs = fs
 	return fs
 }
@@ -205,6 +215,8 @@ func (c *BenchCommand) parse(args []string) error {
 		return fs.fail("%s is for --target api or mcp; --target stdio starts a server of its own", fs.label("server"))
 	case spawned && given["token-file"]:
 		return fs.fail("%s is for --target api or mcp; stdio needs no token", fs.label("token-file"))
+	case given["client"] && c.target != targetMCP:
+		return fs.fail("--client is for --target mcp; %s has no MCP client to choose", c.target)
 	case given["store"] && given["data"]:
 		return fs.fail("--data and --store each name a store; give one of them")
 	case c.store != "" && daemon.CheckURL(c.store) != nil:
@@ -241,7 +253,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	b := &bench{
-		agents: c.agents, duration: c.duration, tool: c.tool,
+		agents: c.agents, duration: c.duration, tool: c.tool, client: c.client,
 		progress: &progress{w: c.Stderr, tty: isTerminal(c.Stderr)},
 	}
 	var (

@@ -22,6 +22,7 @@ type bench struct {
 	agents   int
 	duration time.Duration
 	tool     string
+	client   string // of --target mcp: clientBench or clientSDK
 	progress *progress
 }
 

@@ -27,6 +27,9 @@ func (b *bench) runRemote(ctx context.Context, target string, servers []string, 
 	if len(servers) > 1 {
 		rep.Store = strconv.Itoa(len(servers)) + " replicas"
 	}
+	if target == targetMCP {
+		rep.Client = b.client
+	}
 	run, err := func() (*runResult, error) {
 		t := b.transport()
 		client := &http.Client{Transport: t}
@@ -42,7 +45,7 @@ func (b *bench) runRemote(ctx context.Context, target string, servers []string, 
 		if target == targetAPI {
 			c = &apiCaller{client: client, servers: servers, token: token}
 		} else {
-			mc, err := dialMCP(ctx, servers, token, b.agents, t)
+			mc, err := b.dialMCP(ctx, servers, token, t)
 			if err != nil {
 				return nil, err
 			}
@@ -188,6 +191,20 @@ func (c *apiCaller) call(ctx context.Context, agent int, tool, key, rest string,
 	return body, ""
 }
 
+// mcpClient is a caller over MCP Streamable HTTP.
+type mcpClient interface {
+	caller
+	close()
+}
+
+// dialMCP opens b.client's MCP client for the agents at servers.
+func (b *bench) dialMCP(ctx context.Context, servers []string, token string, t http.RoundTripper) (mcpClient, error) {
+	if b.client == clientSDK {
+		return dialMCP(ctx, servers, token, b.agents, t)
+	}
+	return dialHTTPMCP(ctx, servers, token, t)
+}
+
 // mcpCaller calls over MCP Streamable HTTP, one SDK client session per
 // agent, as many agents would.
 type mcpCaller struct {
@@ -212,7 +229,7 @@ func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // dialMCP opens a session for each agent, all at once, agent a's at
 // servers[a % len(servers)].
 func dialMCP(ctx context.Context, servers []string, token string, agents int, t http.RoundTripper) (*mcpCaller, error) {
-	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-bench", Version: version()}, nil)
+	client := sdk.NewClient(benchClientInfo(), nil)
 	hc := &http.Client{Transport: tokenTransport{token: token, base: t}}
 	c := &mcpCaller{sessions: make([]*sdk.ClientSession, agents)}
 	errs := make([]error, agents)

@@ -13,8 +13,10 @@ import (
 // benchReport is what writerd bench prints: as a table, or as JSON with
 // -o json, in this shape.
 type benchReport struct {
-	Tool     string  `json:"tool"`
-	Target   string  `json:"target"`
+	Tool   string `json:"tool"`
+	Target string `json:"target"`
+	// Client is the MCP client of --target mcp: "bench" or "sdk".
+	Client   string  `json:"client,omitempty"`
 	Agents   int     `json:"agents"`
 	Duration float64 `json:"duration_seconds"`
 	// ArgBytes is the mean size of a write's arguments, the key included.
@@ -128,6 +130,12 @@ func (r *benchReport) writeJSON(w io.Writer) error {
 // disk.
 func (r *benchReport) writeTable(w io.Writer) {
 	where := map[string]string{targetInproc: "in process", targetAPI: "over the direct API", targetMCP: "over MCP Streamable HTTP", targetStdio: "over MCP stdio"}[r.Target]
+	switch r.Client {
+	case clientBench:
+		where += " (bench's client)"
+	case clientSDK:
+		where += " (the SDK's client)"
+	}
 	agents := fmt.Sprintf("%d agents", r.Agents)
 	if r.Agents == 1 {
 		agents = "1 agent"

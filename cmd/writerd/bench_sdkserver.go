@@ -142,8 +142,8 @@ func (s *sdkServer) close() error {
 }
 
 // runSDKServer runs the writes against the bare SDK server on a fresh data
-// directory, through the SDK client sessions writerd's MCP run uses, one
-// per agent, with one write per agent before the run, as against writerd.
+// directory, through the MCP client writerd's MCP run uses (--client),
+// with one write per agent before the run, as against writerd.
 func (b *bench) runSDKServer(ctx context.Context) (*runResult, error) {
 	dir, err := os.MkdirTemp("", "writerd-bench-sdk-")
 	if err != nil {
@@ -157,7 +157,7 @@ func (b *bench) runSDKServer(ctx context.Context) (*runResult, error) {
 	defer s.close()
 	t := b.transport()
 	defer t.CloseIdleConnections()
-	mc, err := dialMCP(ctx, []string{s.url}, "", b.agents, t)
+	mc, err := b.dialMCP(ctx, []string{s.url}, "", t)
 	if err != nil {
 		return nil, err
 	}

@@ -324,7 +324,7 @@ func (c *stdioClient) initialize(ctx context.Context) error {
 	params, _ := json.Marshal(map[string]any{
 		"protocolVersion": slices.Max(versions),
 		"capabilities":    map[string]any{},
-		"clientInfo":      map[string]string{"name": "writerd-bench", "version": version()},
+		"clientInfo":      benchClientInfo(),
 	})
 	answer, err := c.roundTrip(ctx, "initialize", params)
 	if err != nil {
@@ -353,40 +353,5 @@ func (c *stdioClient) call(ctx context.Context, _ int, tool, key, rest string, w
 	if err != nil {
 		return nil, codeTransport
 	}
-	var m struct {
-		Result *struct {
-			IsError bool `json:"isError"`
-			Content []struct {
-				Type string `json:"type"`
-				Text string `json:"text"`
-			} `json:"content"`
-			StructuredContent json.RawMessage `json:"structuredContent"`
-			Meta              map[string]any  `json:"_meta"`
-		} `json:"result"`
-		Error *struct {
-			Code int64 `json:"code"`
-		} `json:"error"`
-	}
-	switch err := json.Unmarshal(answer, &m); {
-	case err != nil:
-		return nil, codeTransport
-	case m.Error != nil:
-		return nil, "JSONRPC_" + strconv.FormatInt(m.Error.Code, 10)
-	case m.Result == nil:
-		return nil, codeTransport
-	case m.Result.IsError:
-		for _, content := range m.Result.Content {
-			if content.Type == "text" {
-				if code := envelopeCode([]byte(content.Text)); code != "" {
-					return nil, code
-				}
-			}
-		}
-		return nil, "TOOL_ERROR"
-	case m.Result.Meta["writerd/replayed"] == true:
-		return nil, "REPLAYED"
-	case !want:
-		return nil, ""
-	}
-	return m.Result.StructuredContent, ""
+	return toolAnswer(answer, want)
 }

@@ -1,12 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,14 +207,22 @@ func TestBench_Remote(t *testing.T) {
 	d := MustStartHTTP(t, httpConfig{tokens: tokens})
 	env := runConfig{env: []string{"WRITERD_TOKEN=" + token}}
 	projects := 0
-	for _, tt := range []struct{ target, tool string }{
-		{targetAPI, "create_project"}, {targetMCP, "create_project"},
-		{targetAPI, "update_record"}, {targetMCP, "create_record"},
+	for _, tt := range []struct{ target, tool, client string }{
+		{targetAPI, "create_project", ""}, {targetMCP, "create_project", ""},
+		{targetAPI, "update_record", ""}, {targetMCP, "create_record", ""},
+		{targetMCP, "create_project", clientSDK}, {targetMCP, "update_record", clientSDK},
 	} {
-		t.Run(tt.target+" "+tt.tool, func(t *testing.T) {
-			rep := mustBench(t, env, append([]string{"--target", tt.target, "--server", d.url, "--tool", tt.tool}, benchShort...)...)
-			if rep.Target != tt.target || rep.Store != "daemon" {
-				t.Errorf("report of target %s, store %s", rep.Target, rep.Store)
+		t.Run(tt.target+" "+tt.tool+" "+tt.client, func(t *testing.T) {
+			args := []string{"--target", tt.target, "--server", d.url, "--tool", tt.tool}
+			want := tt.client
+			if tt.client != "" {
+				args = append(args, "--client", tt.client)
+			} else if tt.target == targetMCP {
+				want = clientBench
+			}
+			rep := mustBench(t, env, append(args, benchShort...)...)
+			if rep.Target != tt.target || rep.Store != "daemon" || rep.Client != want {
+				t.Errorf("report of target %s, store %s, client %q; want client %q", rep.Target, rep.Store, rep.Client, want)
 			}
 			run := rep.Writerd
 			mustHaveWritten(t, run)
@@ -256,6 +274,9 @@ func TestBench_Usage(t *testing.T) {
 		{"a daemon's data directory", []string{"--target", "api", "--server", "http://127.0.0.1:7070", "--data", "/tmp/store"}, "writerd bench: --data is for --target inproc; a daemon writes in its own data directory"},
 		{"a baseline against the direct API", []string{"--target", "api", "--server", "http://127.0.0.1:7070", "--baseline"}, "writerd bench: --baseline goes with --target inproc, mcp or stdio, not api"},
 		{"an MCP baseline of another tool", []string{"--target", "mcp", "--server", "http://127.0.0.1:7070", "--baseline", "--tool", "update_record"}, "writerd bench: --baseline with --target mcp runs a bare SDK server that has create_project only, not update_record"},
+		{"an unknown client", []string{"--target", "mcp", "--server", "http://127.0.0.1:7070", "--client", "python"}, "writerd bench: --client takes bench or sdk"},
+		{"a client of the direct API", []string{"--target", "api", "--server", "http://127.0.0.1:7070", "--client", "sdk"}, "writerd bench: --client is for --target mcp; api has no MCP client to choose"},
+		{"a client over stdio", []string{"--target", "stdio", "--client", "bench"}, "writerd bench: --client is for --target mcp; stdio has no MCP client to choose"},
 		{"a server for stdio", []string{"--target", "stdio", "--server", "http://127.0.0.1:7070"}, "writerd bench: --server is for --target api or mcp; --target stdio starts a server of its own"},
 		{"a token file for stdio", []string{"--target", "stdio", "--token-file", "/tmp/token"}, "writerd bench: --token-file is for --target api or mcp; stdio needs no token"},
 		{"a data directory for stdio", []string{"--target", "stdio", "--data", "/tmp/store"}, "writerd bench: --data is for --target inproc; --target stdio starts a server on a fresh data directory"},
@@ -351,33 +372,35 @@ func TestBench_BaselineMCP(t *testing.T) {
 	mustLeaveNothing(t, tmp)
 }
 
-// Ensure the bare SDK server answers create_project over the SDK's client,
-// refuses a name taken, and once closed has its port closed.
+// Ensure the bare SDK server answers create_project over each of bench's
+// MCP clients, refuses a name taken, and once closed has its port closed.
 func TestBench_SDKServer(t *testing.T) {
 	s, err := startSDKServer(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bench{agents: 1}
-	tr := b.transport()
-	mc, err := dialMCP(t.Context(), []string{s.url}, "", 1, tr)
-	if err != nil {
-		s.close()
-		t.Fatal(err)
-	}
 	w := newWorkload("create_project", 1)
-	if code := w.write(t.Context(), mc, 0, 0); code != "" {
-		t.Errorf("the first create_project failed: %s", code)
+	for i, client := range []string{clientBench, clientSDK} {
+		b := &bench{agents: 1, client: client}
+		tr := b.transport()
+		mc, err := b.dialMCP(t.Context(), []string{s.url}, "", tr)
+		if err != nil {
+			s.close()
+			t.Fatal(err)
+		}
+		if code := w.write(t.Context(), mc, 0, int64(i)); code != "" {
+			t.Errorf("%s client: the first create_project failed: %s", client, code)
+		}
+		if code := w.write(t.Context(), mc, 0, int64(i)); code != "CONFLICT" {
+			t.Errorf("%s client: create_project of a name taken: %q, want CONFLICT", client, code)
+		}
+		mc.close()
+		tr.CloseIdleConnections()
 	}
-	if code := w.write(t.Context(), mc, 0, 0); code != "CONFLICT" {
-		t.Errorf("create_project of a name taken: %q, want CONFLICT", code)
-	}
-	mc.close()
-	tr.CloseIdleConnections()
 	if err := s.close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
-	if s.store.commits.Load() < 2 {
+	if s.store.commits.Load() < 4 {
 		t.Errorf("%d commits, want one a call", s.store.commits.Load())
 	}
 	if conn, err := net.DialTimeout("tcp", strings.TrimPrefix(s.url, "http://"), time.Second); err == nil {
@@ -404,4 +427,67 @@ func TestBench_Stdio(t *testing.T) {
 	}
 	mustHaveRatios(t, rep, runInProcess)
 	mustLeaveNothing(t, tmp)
+}
+
+// Ensure bench's own MCP client sends what the SDK's client sends at
+// protocol 2026-07-28, request for request: the same methods, paths,
+// headers and bodies, but the JSON-RPC ids; so that --client bench
+// measures the server doing the same work.
+func TestBench_ClientAsSDK(t *testing.T) {
+	s, err := startSDKServer(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	u, err := url.Parse(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	ids := regexp.MustCompile(`^\{"jsonrpc":"2.0","id":[0-9]+,`)
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	rec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var h strings.Builder
+		fmt.Fprintf(&h, "%s %s\n", r.Method, r.URL)
+		for _, k := range slices.Sorted(maps.Keys(r.Header)) {
+			if k != "User-Agent" && k != "Accept-Encoding" && k != "Content-Length" {
+				fmt.Fprintf(&h, "%s: %q\n", k, r.Header[k])
+			}
+		}
+		mu.Lock()
+		seen = append(seen, h.String()+ids.ReplaceAllString(string(body), `{"jsonrpc":"2.0","id":ID,`))
+		mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	defer rec.Close()
+	w := newWorkload("create_project", 1)
+	sent := func(client string) []string {
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		b := &bench{agents: 1, client: client}
+		tr := b.transport()
+		defer tr.CloseIdleConnections()
+		mc, err := b.dialMCP(t.Context(), []string{rec.URL}, "wrd_token", tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.write(t.Context(), mc, 0, 0)
+		mc.close()
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+	want, got := sent(clientSDK), sent(clientBench)
+	if len(want) < 2 {
+		t.Fatalf("the SDK's client sent %d requests, want at least server/discover and tools/call:\n%s", len(want), strings.Join(want, "\n\n"))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("bench's client sent:\n%s\n\nthe SDK's client sent:\n%s", strings.Join(got, "\n\n"), strings.Join(want, "\n\n"))
+	}
 }
