@@ -114,12 +114,15 @@ func (f *fastPath) toolCall(params jsontext.Value) (name string, args []byte, me
 
 // members calls fn with each member of the object obj, until fn returns
 // false; it reports whether obj is an object and fn returned true for every
-// member. Each value passed to fn is obj's own bytes.
+// member. Each value passed to fn is obj's own bytes. obj is part of a
+// frame the gate let through: a duplicate member or an unpaired surrogate
+// escape can be only in a tools/call's arguments, which are passed on as
+// they are, for the strict parse to judge.
 func members(obj jsontext.Value, fn func(name string, v jsontext.Value) bool) bool {
 	if obj.Kind() != '{' {
 		return false
 	}
-	fd := getDecoder(obj)
+	fd := getDecoder(obj, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	defer fd.release()
 	d := &fd.d
 	if _, err := d.ReadToken(); err != nil {

@@ -265,6 +265,13 @@ func toolCorpus(prefix string) []string {
 		call(`28`, "create_project", `{"idempotency_key":"short","name":"x"}`),
 		call(`29`, "list_projects", `{"limit":1e2}`),
 		call(`30`, "list_projects", `{"a":{"b":{"c":{"d":{"e":{"f":{"g":{"h":{"i":{"j":{"k":{"l":{"m":{"n":{"o":{"p":{"q":{}}}}}}}}}}}}}}}}}}`),
+		call(`58`, "create_project", `{"idempotency_key":`+k(21)+`,"name":"ab\ud800"}`), // an unpaired surrogate
+		call(`"\udc00"`, "create_project", `{"idempotency_key":`+k(22)+`,"name":"\udc00\ud800","name":"y"}`),
+		call(`59`, "list_projects", `{"limit":1,"\u006cimit":2}`),
+		`{"jsonrpc":"2.0","id":"\ud800","method":"tools/call","params":{"name":"list_projects","arguments":{}}}`,
+		`{"jsonrpc":"2.0","id":60,"method":"tools/call","params":{"name":"list_projects\ud800","arguments":{}}}`,
+		`{"jsonrpc":"2.0","id":61,"method":"tools/call","params":{"_meta":{"x":"\ud800"},"name":"list_projects","arguments":{}}}`,
+		`{"jsonrpc":"2.0","id":62,"method":"tools/call","params":{"_meta":{"x":1,"x":1},"name":"list_projects","arguments":{"a":1,"a":1}}}`,
 		`{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"list_projects"}}`,
 		`{"jsonrpc":"2.0","id":32,"method":"tools/call","params":{"arguments":{},"name":"list_projects"}}`,
 		`{"jsonrpc":"2.0","id":33,"method":"tools/call","params":{"name":"list_projects","arguments":{}}}`,

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -59,8 +60,8 @@ type Refusal struct {
 	// null.
 	ID jsontext.Value
 	// Reason is a bounded name for logs and metrics: parse, too_deep,
-	// too_large, batch, not_object, duplicate_member, version, id, method,
-	// params, member, response.
+	// too_large, batch, not_object, duplicate_member, surrogate, version,
+	// id, method, params, member, response.
 	Reason string
 }
 
@@ -78,6 +79,7 @@ var (
 	refuseBatch     = Refusal{Code: CodeInvalidRequest, Reason: "batch", Message: "Invalid request: batches are not supported; send one JSON-RPC message per frame."}
 	refuseNotObject = Refusal{Code: CodeInvalidRequest, Reason: "not_object", Message: "Invalid request: a frame must be one JSON-RPC message, a JSON object."}
 	refuseDuplicate = Refusal{Code: CodeInvalidRequest, Reason: "duplicate_member", Message: "Invalid request: the frame has a duplicate member; each member may appear once in an object."}
+	refuseSurrogate = Refusal{Code: CodeInvalidRequest, Reason: "surrogate", Message: "Invalid request: a string in the frame has an unpaired surrogate escape; only a tool's arguments may hold one, and they are then the tool's invalid input."}
 	refuseVersion   = Refusal{Code: CodeInvalidRequest, Reason: "version", Message: `Invalid request: the frame must have "jsonrpc": "2.0".`}
 	refuseID        = Refusal{Code: CodeInvalidRequest, Reason: "id", Message: "Invalid request: an id must be a string or an integer within ±(2^53−1)."}
 	refuseMethod    = Refusal{Code: CodeInvalidRequest, Reason: "method", Message: "Invalid request: method must be a string."}
@@ -87,11 +89,27 @@ var (
 )
 
 // Gate checks one frame against docs/DESIGN.md section 8: one JSON object in
-// UTF-8 with "jsonrpc": "2.0", no duplicate member at any depth, an id that
-// is absent, a string or an integer within ±(2^53−1), a string method, no
-// batch. It returns the message, or the refusal to answer it with.
+// UTF-8 with "jsonrpc": "2.0", no duplicate member and no unpaired
+// surrogate escape outside a tools/call's arguments, an id that is absent,
+// a string or an integer within ±(2^53−1), a string method, no batch. It
+// returns the message, or the refusal to answer it with: under the
+// frame's id whenever the frame is one JSON value in valid UTF-8 (escapes
+// of unpaired surrogates are valid JSON text) and an object with one
+// well-formed id member.
+//
+// What is wrong inside a tools/call's arguments (a duplicate member, an
+// unpaired surrogate escape) is not the frame's fault: the message goes
+// through, and the pipeline's strict parse answers it as the tool's
+// INVALID_INPUT, under the request's id, so that the model can correct
+// its call.
 func Gate(frame []byte) (*Message, *Refusal) {
-	if r := checkSyntax(frame); r != nil {
+	if !utf8.Valid(frame) {
+		return nil, &refuseParse
+	}
+	deep := false
+	if r := checkSyntax(frame); r == &refuseTooDeep {
+		deep = true // the id can still be read
+	} else if r != nil {
 		return nil, r
 	}
 	switch firstByte(frame) {
@@ -110,10 +128,21 @@ func Gate(frame []byte) (*Message, *Refusal) {
 		r.ID = id
 		return nil, &r
 	}
+	if deep {
+		return refuse(refuseTooDeep)
+	}
 	// The syntax is known to be valid, so a failure now is a duplicate
-	// member, at whatever depth.
+	// member or an unpaired surrogate escape, at whatever depth; only a
+	// tools/call's arguments may hold them.
 	if !jsontext.Value(frame).IsValid() {
-		return refuse(refuseDuplicate)
+		outside := withoutArguments(frame, members)
+		switch {
+		case jsontext.Value(outside).IsValid():
+		case !jsontext.Value(outside).IsValid(jsontext.AllowInvalidUTF8(true)):
+			return refuse(refuseDuplicate)
+		default:
+			return refuse(refuseSurrogate)
+		}
 	}
 	if v := members["jsonrpc"]; len(v) != 1 || string(v[0]) != `"2.0"` {
 		return refuse(refuseVersion)
@@ -168,12 +197,12 @@ func Gate(frame []byte) (*Message, *Refusal) {
 	return m, nil
 }
 
-// checkSyntax refuses a frame that is not one JSON value in valid UTF-8
-// (lone surrogate escapes included), or that nests deeper than
-// maxFrameDepth. Duplicate members are left to a later check, so that the
-// id of such a frame can still be read.
+// checkSyntax refuses a frame that is not one JSON value, or that nests
+// deeper than maxFrameDepth. The frame's bytes are valid UTF-8 (Gate
+// checked); escapes of unpaired surrogates and duplicate members are left
+// to a later check, so that the id of such a frame can still be read.
 func checkSyntax(frame []byte) *Refusal {
-	fd := getDecoder(frame, jsontext.AllowDuplicateNames(true))
+	fd := getDecoder(frame, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	defer fd.release()
 	d := &fd.d
 	for {
@@ -197,6 +226,60 @@ func checkSyntax(frame []byte) *Refusal {
 	return nil
 }
 
+// withoutArguments returns frame with the value of its params' first
+// "arguments" member replaced by null, if the frame is a tools/call
+// (one method member, "tools/call", and one params member, an object);
+// else frame itself. What the two differ in is the tool's to judge.
+func withoutArguments(frame []byte, members map[string][]jsontext.Value) []byte {
+	m, p := members["method"], members["params"]
+	if len(m) != 1 || len(p) != 1 || p[0].Kind() != '{' {
+		return frame
+	}
+	if method, err := unquote(m[0]); err != nil || method != "tools/call" {
+		return frame
+	}
+	fd := getDecoder(frame, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	defer fd.release()
+	d := &fd.d
+	if _, err := d.ReadToken(); err != nil {
+		return frame
+	}
+	for d.PeekKind() == '"' {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return frame
+		}
+		if tok.String() != "params" {
+			if d.SkipValue() != nil {
+				return frame
+			}
+			continue
+		}
+		if _, err := d.ReadToken(); err != nil { // the params' '{'
+			return frame
+		}
+		for d.PeekKind() == '"' {
+			tok, err := d.ReadToken()
+			if err != nil {
+				return frame
+			}
+			name := tok.String()
+			v, err := d.ReadValue()
+			if err != nil {
+				return frame
+			}
+			if name == "arguments" {
+				end := int(d.InputOffset())
+				out := make([]byte, 0, len(frame))
+				out = append(append(out, frame[:end-len(v)]...), "null"...)
+				return append(out, frame[end:]...)
+			}
+		}
+		return frame
+	}
+	return frame
+}
+
 func firstByte(b []byte) byte {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 {
@@ -207,11 +290,13 @@ func firstByte(b []byte) byte {
 
 // topMembers returns the members of a syntactically valid object, each
 // name with every value it was given, in order, and the names in the
-// order of their first appearance.
+// order of their first appearance. A name holding an unpaired surrogate
+// escape is read with U+FFFD in its place: it is no name JSON-RPC
+// defines, whichever.
 func topMembers(frame []byte) (map[string][]jsontext.Value, []string) {
 	members := map[string][]jsontext.Value{}
 	var order []string
-	fd := getDecoder(frame, jsontext.AllowDuplicateNames(true))
+	fd := getDecoder(frame, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	defer fd.release()
 	d := &fd.d
 	if _, err := d.ReadToken(); err != nil {

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/writerd/writerd/mcp"
 )
@@ -36,7 +39,20 @@ func TestGate(t *testing.T) {
 		{"trailing data", `{"jsonrpc":"2.0","id":1,"method":"ping"} {"` + m + `":1}`, 0, -32700, `null`},
 		{"two values", `{} {}`, 0, -32700, `null`},
 		{"bad UTF-8", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\"\xff\"}}", 0, -32700, `null`},
-		{"lone surrogate", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\ud800"}}`, 0, -32700, `null`},
+		{"bad UTF-8 in arguments", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"x\",\"arguments\":{\"k\":\"\xed\xa0\x80\"}}}", 0, -32700, `null`},
+		{"cut off", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"k":"\ud800"`, 0, -32700, `null`},
+		{"trailing data after a tools/call", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"k":1,"k":2}}}x`, 0, -32700, `null`},
+		{"lone surrogate", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\ud800"}}`, 0, -32600, `1`},
+		{"lone low surrogate", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\udc00"}}`, 0, -32600, `1`},
+		{"lone surrogate in the method", `{"jsonrpc":"2.0","id":1,"method":"tools/call\ud800","params":{"name":"x","arguments":{}}}`, 0, -32600, `1`},
+		{"lone surrogate in the tool's name", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x\ud800","arguments":{}}}`, 0, -32600, `1`},
+		{"lone surrogate in _meta", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"k":"\ud800"},"name":"x","arguments":{}}}`, 0, -32600, `1`},
+		{"lone surrogate in the id", `{"jsonrpc":"2.0","id":"\ud800","method":"ping"}`, 0, -32600, `"\ud800"`},
+		{"lone surrogate in a ping's arguments", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"arguments":{"k":"\ud800"}}}`, 0, -32600, `1`},
+		{"lone surrogate in arguments", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"k":"ab\ud800"}}}`, mcp.KindRequest, 0, `1`},
+		{"lone surrogate as an argument's name", `{"jsonrpc":"2.0","id":"q","method":"tools/call","params":{"arguments":{"\udfff":1},"name":"x"}}`, mcp.KindRequest, 0, `"q"`},
+		{"pair reversed in arguments", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"k":"\udc00\ud800"}}}`, mcp.KindRequest, 0, `1`},
+		{"surrogate pair", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\ud83d\ude00"}}`, mcp.KindRequest, 0, `1`},
 		{"number", `5`, 0, -32600, `null`},
 		{"string", `"` + m + `"`, 0, -32600, `null`},
 		{"null", `null`, 0, -32600, `null`},
@@ -44,7 +60,8 @@ func TestGate(t *testing.T) {
 		{"empty object", `{}`, 0, -32600, `null`},
 		{"empty batch", `[]`, 0, -32600, `null`},
 		{"batch", `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, 0, -32600, `null`},
-		{"too deep", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":` + deep(1000) + `}}`, 0, -32600, `null`},
+		{"too deep", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":` + deep(1000) + `}}`, 0, -32600, `1`},
+		{"too deep, no id", `{"jsonrpc":"2.0","method":"ping","params":{"x":` + deep(1000) + `}}`, 0, -32600, `null`},
 		{"deep, within the limit", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":` + deep(998) + `}}`, mcp.KindRequest, 0, `1`},
 		{"no jsonrpc", `{"id":1,"method":"ping"}`, 0, -32600, `1`},
 		{"jsonrpc 1.0", `{"jsonrpc":"1.0","id":1,"method":"ping"}`, 0, -32600, `1`},
@@ -75,7 +92,14 @@ func TestGate(t *testing.T) {
 		{"duplicate params", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{},"params":{}}`, 0, -32600, `1`},
 		{"duplicate name", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_projects","name":"create_project"}}`, 0, -32600, `1`},
 		{"duplicate arguments", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{},"arguments":{}}}`, 0, -32600, `1`},
-		{"duplicate argument", `{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x","arguments":{"k":1,"k":2}}}`, 0, -32600, `"a"`},
+		{"duplicate argument", `{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x","arguments":{"k":1,"k":2}}}`, mcp.KindRequest, 0, `"a"`},
+		{"duplicate argument, deep", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"arguments":{"k":[{"a":1,"\u0061":2}]},"name":"x"}}`, mcp.KindRequest, 0, `2`},
+		{"duplicate argument, escaped method", `{"jsonrpc":"2.0","id":2,"method":"tools\/call","params":{"name":"x","arguments":{"k":1,"k":2}}}`, mcp.KindRequest, 0, `2`},
+		{"duplicate argument and a lone surrogate", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x","arguments":{"k":"\ud800","k":2}}}`, mcp.KindRequest, 0, `2`},
+		{"duplicate argument of a notification", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x","arguments":{"k":1,"k":2}}}`, mcp.KindNotification, 0, `null`},
+		{"duplicate argument and in _meta", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"m":1,"m":1},"name":"x","arguments":{"k":1,"k":2}}}`, 0, -32600, `2`},
+		{"duplicate argument of a ping", `{"jsonrpc":"2.0","id":2,"method":"ping","params":{"arguments":{"k":1,"k":2}}}`, 0, -32600, `2`},
+		{"duplicate argument, arguments twice", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x","arguments":{"k":1,"k":2},"arguments":{}}}`, 0, -32600, `2`},
 		{"duplicate, deep", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"a":[{"b":1,"b":1}]}}}`, 0, -32600, `1`},
 		{"duplicate by escape", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":1,"\u0061":2}}`, 0, -32600, `1`},
 	}
@@ -134,7 +158,9 @@ func TestRefusal_AnswerKeepsIDBytes(t *testing.T) {
 }
 
 // FuzzGate checks the gate on any bytes: it never panics; what it lets
-// through is one object without duplicate members whose id is as sent; a
+// through is one object in UTF-8 whose id is as sent, without duplicate
+// members or unpaired surrogate escapes unless it is a tools/call (whose
+// arguments may hold them, for the strict parse to refuse); a
 // refusal's answer is one JSON-RPC error response that quotes nothing of
 // the frame but its id.
 func FuzzGate(f *testing.F) {
@@ -148,6 +174,8 @@ func FuzzGate(f *testing.F) {
 		`{"jsonrpc":"2.0","id":1,"id":1,"method":"ping"}`,
 		`{"jsonrpc":"2.0","id":1e400,"method":"ping"}`,
 		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}",
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"b":"\ud800","b":1}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\udc00"}}`,
 		`5`, `"s"`, `null`, `{}`, ``, ` `,
 	} {
 		f.Add([]byte(s))
@@ -158,8 +186,11 @@ func FuzzGate(f *testing.F) {
 			t.Fatalf("Gate returned message %v and refusal %v", msg, refusal)
 		}
 		if msg != nil {
-			if !json.Valid(frame) || firstNonSpace(frame) != '{' {
-				t.Fatalf("let through %q, not one object", frame)
+			if !json.Valid(frame) || !utf8.Valid(frame) || firstNonSpace(frame) != '{' {
+				t.Fatalf("let through %q, not one object in UTF-8", frame)
+			}
+			if !jsontext.Value(frame).IsValid() && msg.Method != "tools/call" {
+				t.Fatalf("let through %q, a duplicate member or an unpaired surrogate outside a tools/call's arguments", frame)
 			}
 			if msg.ID != nil && !bytes.Contains(frame, msg.ID) {
 				t.Fatalf("id %s is not as sent in %q", msg.ID, frame)

@@ -166,16 +166,19 @@ func decodeAnswer(t testing.TB, line string) frameAnswer {
 // Ensure no frame a client sends ends the session: each hostile frame of
 // every class docs/DESIGN.md section 8 names (not JSON, not an object, batches,
 // no or another jsonrpc, bad ids, a non-string method, a response without
-// id, duplicate members at each level of the envelope) is answered with a
-// JSON-RPC error whose id is null or the id as sent, and a ping after it is
-// answered; valid requests are answered under their id exactly as sent;
-// nothing is written.
+// id, duplicate members and unpaired surrogate escapes at each level of
+// the envelope) is answered with a JSON-RPC error whose id is the id as
+// sent whenever it can be read, else null; the same faults inside a
+// tool's arguments are the tool error INVALID_INPUT under the id; a ping
+// after each is answered; valid requests are answered under their id
+// exactly as sent; nothing is written.
 func TestFrames_HostileFramesKeepSession(t *testing.T) {
 	const m = marker
 	call := func(id, params string) string {
 		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":` + params + `}`
 	}
 	create := `{"name":"create_project","arguments":{"idempotency_key":"k-00000001","name":"` + m + `"}}`
+	const invalidInput = 1 // the tool error INVALID_INPUT, not a JSON-RPC error
 	tests := []struct {
 		name, frame string
 		code        int    // the JSON-RPC error code; 0: a result
@@ -184,7 +187,8 @@ func TestFrames_HostileFramesKeepSession(t *testing.T) {
 		{"not JSON", `{"jsonrpc":"2.0","id":1,"method":`, -32700, "null"},
 		{"trailing data", call("2", create) + ` {"` + m + `":1}`, -32700, "null"},
 		{"bad UTF-8", "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\",\"params\":{\"x\":\"" + m + "\xff\"}}", -32700, "null"},
-		{"lone surrogate", call("4", `{"name":"create_project","arguments":{"idempotency_key":"k-00000001","name":"\ud800`+m+`"}}`), -32700, "null"},
+		{"lone surrogate in arguments", call("4", `{"name":"create_project","arguments":{"idempotency_key":"k-00000001","name":"\ud800`+m+`"}}`), invalidInput, "4"},
+		{"lone surrogate in the envelope", `{"jsonrpc":"2.0","id":4,"method":"ping","params":{"_meta":{"k":"\ud800` + m + `"}}}`, -32600, "4"},
 		{"bare number", `42`, -32600, "null"},
 		{"bare string", `"` + m + `"`, -32600, "null"},
 		{"null", `null`, -32600, "null"},
@@ -211,9 +215,9 @@ func TestFrames_HostileFramesKeepSession(t *testing.T) {
 		{"duplicate params", `{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"list_projects"},"params":` + create + `}`, -32600, "14"},
 		{"duplicate tool name", call("15", `{"name":"list_projects","name":"create_project","arguments":{"idempotency_key":"k-00000001","name":"`+m+`"}}`), -32600, "15"},
 		{"duplicate arguments", call("16", `{"name":"create_project","arguments":{},"arguments":{"idempotency_key":"k-00000001","name":"`+m+`"}}`), -32600, "16"},
-		{"duplicate argument", call("17", `{"name":"create_project","arguments":{"idempotency_key":"k-00000001","name":"a","name":"`+m+`"}}`), -32600, "17"},
+		{"duplicate argument", call("17", `{"name":"create_project","arguments":{"idempotency_key":"k-00000001","name":"a","name":"`+m+`"}}`), invalidInput, "17"},
 		{"duplicate in _meta", `{"jsonrpc":"2.0","id":18,"method":"ping","params":{"_meta":{"a":1,"a":2}}}`, -32600, "18"},
-		{"too deep", `{"jsonrpc":"2.0","id":19,"method":"ping","params":{"x":` + strings.Repeat("[", 1200) + strings.Repeat("]", 1200) + `}}`, -32600, "null"},
+		{"too deep", `{"jsonrpc":"2.0","id":19,"method":"ping","params":{"x":` + strings.Repeat("[", 1200) + strings.Repeat("]", 1200) + `}}`, -32600, "19"},
 		{"too large", call("20", `{"name":"create_project","arguments":{"idempotency_key":"k-00000001","name":"a","description":"`+strings.Repeat(m, 2<<20)+`"}}`), -32600, "null"},
 		{"notification of no method", `{"jsonrpc":"2.0","method":"` + m + `"}`, 0, ""},
 		{"cancel of no request", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"` + m + `"}}`, 0, ""},
@@ -227,7 +231,17 @@ func TestFrames_HostileFramesKeepSession(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s.t = t
 			s.Send(tt.frame)
-			before := s.Ping()
+			var before []string
+			if tt.code == invalidInput {
+				// A call is answered when it ends, which may be after a
+				// ping sent behind it.
+				before = []string{s.Answer()}
+				if more := s.Ping(); len(more) != 0 {
+					t.Fatalf("more answers: %q", more)
+				}
+			} else {
+				before = s.Ping()
+			}
 			if tt.id == "" {
 				if len(before) != 0 {
 					t.Fatalf("a notification was answered: %q", before)
@@ -244,6 +258,15 @@ func TestFrames_HostileFramesKeepSession(t *testing.T) {
 			if tt.code == 0 {
 				if a.Result == nil {
 					t.Fatalf("answer %s, want a result", before[0])
+				}
+				return
+			}
+			if tt.code == invalidInput {
+				if a.Result == nil || !a.Result.IsError || len(a.Result.Content) != 1 || envelopeCode([]byte(a.Result.Content[0].Text)) != "INVALID_INPUT" {
+					t.Fatalf("answer %s, want the tool error INVALID_INPUT", before[0])
+				}
+				if strings.Contains(withoutID(before[0]), m) {
+					t.Fatalf("the answer echoes the frame: %s", before[0])
 				}
 				return
 			}
