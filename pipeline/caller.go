@@ -6,15 +6,17 @@ import (
 )
 
 // Scope is a permission a caller holds. Read tools need ScopeRead, write
-// tools ScopeWrite; ScopeAudit is for the audit API.
+// tools ScopeWrite; ScopeAudit is for the audit API; ScopeAdmin for online
+// backups, which hold every record, more than the audit scope may read.
 type Scope uint8
 
 const (
 	ScopeRead Scope = 1 << iota
 	ScopeWrite
 	ScopeAudit
+	ScopeAdmin
 
-	AllScopes = ScopeRead | ScopeWrite | ScopeAudit
+	AllScopes = ScopeRead | ScopeWrite | ScopeAudit | ScopeAdmin
 )
 
 // Has reports whether s includes all of want.

@@ -40,7 +40,8 @@ Commands:
 
 A token's name is the principal its calls act as: idempotency keys are kept
 per name, and audit events record it. Its scopes are read (the read tools),
-write (the write tools) and audit (the audit API).
+write (the write tools), audit (the audit API) and admin (online backups,
+which hold every record).
 
 The file is made with mode 0600 (its directory, if missing, 0700); edits
 are atomic and keep its mode and owner, and two token commands at once do
@@ -144,8 +145,8 @@ func (c *TokenCommand) define(fs *flagSet, name, scopes bool) {
 	}
 	if scopes {
 		c.scopes = pipeline.ScopeRead | pipeline.ScopeWrite
-		fs.Var(scopesValue{&c.scopes}, "scopes", "the token's `scopes`, separated by commas: read, write, audit")
-		fs.takes("scopes", "read, write or audit, separated by commas, such as read,write")
+		fs.Var(scopesValue{&c.scopes}, "scopes", "the token's `scopes`, separated by commas: read, write, audit, admin")
+		fs.takes("scopes", "read, write, audit or admin, separated by commas, such as read,write")
 	}
 }
 

@@ -120,12 +120,12 @@ func (ej *entryJSON) entry() (entry, error) {
 		return e, errors.New("name must be 1 to 128 printable ASCII characters without spaces")
 	}
 	if len(ej.Scopes) == 0 {
-		return e, errors.New("scopes must name at least one of read, write and audit")
+		return e, errors.New("scopes must name at least one of read, write, audit and admin")
 	}
 	for _, name := range ej.Scopes {
 		s, ok := scopeByName(name)
 		if !ok || e.Scopes.Has(s) {
-			return e, errors.New("scopes must name each of read, write and audit at most once, and nothing else")
+			return e, errors.New("scopes must name each of read, write, audit and admin at most once, and nothing else")
 		}
 		e.Scopes |= s
 	}

@@ -16,14 +16,15 @@ var scopeNames = []struct {
 	{"read", pipeline.ScopeRead},
 	{"write", pipeline.ScopeWrite},
 	{"audit", pipeline.ScopeAudit},
+	{"admin", pipeline.ScopeAdmin},
 }
 
 // ErrScope is returned by ParseScopes for a list that names no scope or a
 // name that is not one.
-var ErrScope = errors.New("scopes are read, write and audit, separated by commas")
+var ErrScope = errors.New("scopes are read, write, audit and admin, separated by commas")
 
 // ParseScopes parses a comma-separated list of scope names (read, write,
-// audit), such as "read,write". Spaces around a name are ignored and a
+// audit, admin), such as "read,write". Spaces around a name are ignored and a
 // name given twice counts once; an empty list or an unknown name is
 // ErrScope.
 func ParseScopes(s string) (pipeline.Scope, error) {
@@ -39,7 +40,7 @@ func ParseScopes(s string) (pipeline.Scope, error) {
 }
 
 // ScopeNames returns the names of the scopes in s, in the order read,
-// write, audit.
+// write, audit, admin.
 func ScopeNames(s pipeline.Scope) []string {
 	var names []string
 	for _, n := range scopeNames {

@@ -350,7 +350,7 @@ func TestTokens_InvalidFile(t *testing.T) {
 		"a token in it":    `{"version":1,"tokens":[{"name":"a","scopes":["read"],"sha256":` + hash + `,"created_at":"2026-03-01T12:00:00Z","token":"x"}]}`,
 		"bad name":         `{"version":1,"tokens":[` + entry("a b", `["read"]`, hash) + `]}`,
 		"no scopes":        `{"version":1,"tokens":[` + entry("a", `[]`, hash) + `]}`,
-		"unknown scope":    `{"version":1,"tokens":[` + entry("a", `["admin"]`, hash) + `]}`,
+		"unknown scope":    `{"version":1,"tokens":[` + entry("a", `["root"]`, hash) + `]}`,
 		"scope twice":      `{"version":1,"tokens":[` + entry("a", `["read","read"]`, hash) + `]}`,
 		"short hash":       `{"version":1,"tokens":[` + entry("a", `["read"]`, `"00"`) + `]}`,
 		"upper-case hash":  `{"version":1,"tokens":[` + entry("a", `["read"]`, `"`+strings.Repeat("A", 64)+`"`) + `]}`,
@@ -407,18 +407,20 @@ func TestTokens_EditThroughSymlink(t *testing.T) {
 
 func TestParseScopes(t *testing.T) {
 	for in, want := range map[string]pipeline.Scope{
-		"read":             pipeline.ScopeRead,
-		"read,write":       pipeline.ScopeRead | pipeline.ScopeWrite,
-		" write , read ":   pipeline.ScopeRead | pipeline.ScopeWrite,
-		"audit,read,write": pipeline.AllScopes,
-		"read,read":        pipeline.ScopeRead,
+		"read":                   pipeline.ScopeRead,
+		"read,write":             pipeline.ScopeRead | pipeline.ScopeWrite,
+		" write , read ":         pipeline.ScopeRead | pipeline.ScopeWrite,
+		"audit,read,write":       pipeline.ScopeRead | pipeline.ScopeWrite | pipeline.ScopeAudit,
+		"admin,audit,read,write": pipeline.AllScopes,
+		"admin":                  pipeline.ScopeAdmin,
+		"read,read":              pipeline.ScopeRead,
 	} {
 		got, err := auth.ParseScopes(in)
 		if err != nil || got != want {
 			t.Errorf("ParseScopes(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", ",", "read,", "admin", "Read", "read;write"} {
+	for _, in := range []string{"", ",", "read,", "root", "Admin", "Read", "read;write"} {
 		if _, err := auth.ParseScopes(in); !errors.Is(err, auth.ErrScope) {
 			t.Errorf("ParseScopes(%q): %v, want ErrScope", in, err)
 		}
