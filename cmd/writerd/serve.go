@@ -303,21 +303,28 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		cfg.Tools = extraTools()
 	}
 	cfg.Wrap = wrapStorage
+
+	// Bind before the store opens: a port in use is refused before
+	// start-up has made anything (the data directory, writerd.db, a new
+	// signing key). Connections that come while the store opens wait in
+	// the listen queue.
+	var ln net.Listener
+	if c.addr != "" {
+		var err error
+		if ln, err = net.Listen("tcp", c.addr); err != nil {
+			return fmt.Errorf("serve: cannot listen on %s: %w", c.addr, errors.Unwrap(err))
+		}
+	}
 	d, err := daemon.Open(ctx, cfg)
+	if err != nil && ln != nil {
+		ln.Close()
+	}
 	var keyErr *daemon.KeyError
 	if errors.As(err, &keyErr) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if err != nil {
 		return err
-	}
-
-	var ln net.Listener
-	if c.addr != "" {
-		if ln, err = net.Listen("tcp", c.addr); err != nil {
-			d.Close()
-			return fmt.Errorf("serve: cannot listen on %s: %w", c.addr, errors.Unwrap(err))
-		}
 	}
 	var transports []string
 	if c.stdio {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	byteorder "encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +15,10 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
+	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 )
 
 // pathMarker names the data directories of these tests, so that a test
@@ -458,4 +462,37 @@ func TestLogs_NoDataDirectory(t *testing.T) {
 			t.Fatalf("the storage error's cause does not name <data>/writerd.db:\n%s", log)
 		}
 	})
+}
+
+// Ensure serve --addr on a port in use exits 1 with one sentence naming
+// the address, having made nothing: no data directory, no writerd.db, no
+// signing key, no key directory.
+func TestServe_FailedBindLeavesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	home := t.TempDir()
+	data := filepath.Join(home, "data")
+	config := filepath.Join(home, "config")
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
+	r := mustRunWith(t, runConfig{env: []string{"HOME=" + home, "XDG_CONFIG_HOME=" + config, "XDG_DATA_HOME="}},
+		"serve", "--addr", ln.Addr().String(), "--data", data, "--tokens", tokens)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	if first, _, _ := strings.Cut(r.stderr, "\n"); !strings.HasPrefix(first, "writerd: serve: cannot listen on "+ln.Addr().String()+": ") {
+		t.Errorf("stderr begins %q, want the address refused", first)
+	}
+	for _, p := range []string{data, config} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s exists after the failed start (%v)", p, err)
+		}
+	}
+	entries, _ := os.ReadDir(home)
+	for _, e := range entries {
+		t.Errorf("the failed start made %s in the home directory", e.Name())
+	}
 }
