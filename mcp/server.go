@@ -64,7 +64,11 @@ func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 			Tools:   &sdk.ToolCapabilities{ListChanged: false},
 		},
 	})
-	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered}, opts.Middleware...)...)
+	readOnly := map[string]bool{}
+	for _, t := range p.Tools() {
+		readOnly[t.Name] = t.ReadOnly
+	}
+	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered, toolsByScope(opts.Caller, readOnly)}, opts.Middleware...)...)
 	h := handler(p, opts.Caller)
 	tools := map[string]bool{}
 	for _, t := range p.Tools() {
@@ -155,6 +159,38 @@ func Render(res *pipeline.Result) *sdk.CallToolResult {
 		Meta:              meta,
 		StructuredContent: json.RawMessage(res.Output),
 		Content:           []sdk.Content{&sdk.TextContent{Text: string(res.Output)}},
+	}
+}
+
+// toolsByScope lists to each caller only the tools its scopes allow: the
+// read tools with the read scope, the write tools with the write scope, so
+// that a read-only token is offered no write it would be refused. The list
+// then depends on the caller, so a cache may keep it for that caller only.
+func toolsByScope(caller CallerFunc, readOnly map[string]bool) sdk.Middleware {
+	return func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			res, err := next(ctx, method, req)
+			list, ok := res.(*sdk.ListToolsResult)
+			if method != "tools/list" || err != nil || !ok || list == nil {
+				return res, err
+			}
+			scopes := caller(ctx, &sdk.CallToolRequest{Extra: req.GetExtra()}).Scopes
+			filtered := *list
+			filtered.Tools = make([]*sdk.Tool, 0, len(list.Tools))
+			for _, t := range list.Tools {
+				need := pipeline.ScopeWrite
+				if ro, known := readOnly[t.Name]; known && ro {
+					need = pipeline.ScopeRead
+				}
+				if scopes.Has(need) {
+					filtered.Tools = append(filtered.Tools, t)
+				}
+			}
+			if filtered.CacheScope == "public" {
+				filtered.CacheScope = "private"
+			}
+			return &filtered, nil
+		}
 	}
 }
 

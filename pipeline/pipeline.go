@@ -154,6 +154,9 @@ func (p *Pipeline[D]) Call(ctx context.Context, c Caller, tool string, args []by
 		var info *ToolInfo
 		if t != nil {
 			info = t.ToolInfo
+			if t.ReadOnly {
+				res.Err = readRetry(res.Err)
+			}
 		}
 		p.logResult(p.callLog(ctx, c, info), res, start)
 		p.count(info, res, start)
@@ -243,9 +246,25 @@ func (p *Pipeline[D]) authorize(c Caller, name string) (*Tool[D], error) {
 		need = ScopeRead
 	}
 	if !c.Scopes.Has(need) {
-		return t, Errorf(PermissionDenied, "The caller's scopes do not allow this tool.")
+		if t.ReadOnly {
+			return t, Errorf(PermissionDenied, "The caller's scopes do not allow this tool; it needs a token with the read scope.")
+		}
+		return t, Errorf(PermissionDenied, "The caller's scopes do not allow this tool; it needs a token with the write scope.")
 	}
 	return t, nil
+}
+
+// readRetry is the retry hint of a read tool's error. A read takes no
+// key, so "new_key" (change the call, or its key) reads "never": the same
+// call again cannot help; "same_key" reads "send the same call again",
+// which can (docs/DESIGN.md section 3).
+func readRetry(e *Error) *Error {
+	if e == nil || e.Retry != RetryNewKey {
+		return e
+	}
+	c := *e
+	c.Retry = RetryNever
+	return &c
 }
 
 // confirm is stage 6: an unconfirmed destructive call answers with a

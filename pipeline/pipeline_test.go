@@ -239,19 +239,48 @@ func TestCall_KeyExpires(t *testing.T) {
 	// of the test sees only the second.
 }
 
-// Ensure scopes decide which tools a caller may use.
+// Ensure scopes decide which tools a caller may use, and the refusal names
+// the scope the tool needs.
 func TestCall_PermissionDenied(t *testing.T) {
 	e := MustEnv(t, nil)
 	reader := pipeline.Caller{Principal: "r", Scopes: pipeline.ScopeRead, Transport: pipeline.TransportGo}
+	writer := pipeline.Caller{Principal: "w", Scopes: pipeline.ScopeWrite | pipeline.ScopeAudit, Transport: pipeline.TransportGo}
 	r := e.call(reader, "put_note", `{"idempotency_key":"k-00000001","text":"a"}`)
 	mustCode(t, r, pipeline.PermissionDenied, pipeline.RetryNever)
+	if !strings.HasSuffix(r.Err.Message, "it needs a token with the write scope.") {
+		t.Errorf("a write denied: %q, want the write scope named", r.Err.Message)
+	}
 	if e.notes() != 0 || len(e.events()) != 0 {
 		t.Fatal("a denied call left something behind")
 	}
+	r = e.call(writer, "get_note", `{"id":"nope"}`)
+	mustCode(t, r, pipeline.PermissionDenied, pipeline.RetryNever)
+	if !strings.HasSuffix(r.Err.Message, "it needs a token with the read scope.") {
+		t.Errorf("a read denied: %q, want the read scope named", r.Err.Message)
+	}
 	r = e.call(reader, "get_note", `{"id":"nope"}`)
-	mustCode(t, r, pipeline.NotFound, pipeline.RetryNewKey)
+	mustCode(t, r, pipeline.NotFound, pipeline.RetryNever) // a read: the same call again cannot help
 	if len(e.events()) != 0 {
 		t.Fatal("a read wrote an audit event")
+	}
+}
+
+// Ensure a read tool's errors carry retry hints that make sense for a call
+// without a key: never where the same call again cannot help, same_key
+// (the same call again) where it can; a write's keep the catalogue's.
+func TestCall_ReadRetryHints(t *testing.T) {
+	e := MustEnv(t, nil)
+	for _, tt := range []struct {
+		tool, args string
+		code       pipeline.Code
+		retry      pipeline.Retry
+	}{
+		{"get_note", `{"id":"nope"}`, pipeline.NotFound, pipeline.RetryNever},
+		{"get_note", `{"id":5}`, pipeline.InvalidInput, pipeline.RetryNever},
+		{"get_note", `{"id":"a","id":"b"}`, pipeline.InvalidInput, pipeline.RetryNever},
+		{"put_note", `{"idempotency_key":"k-00000001","text":5}`, pipeline.InvalidInput, pipeline.RetryNewKey},
+	} {
+		mustCode(t, e.call(alice, tt.tool, tt.args), tt.code, tt.retry)
 	}
 }
 

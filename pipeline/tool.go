@@ -20,10 +20,16 @@ import (
 )
 
 // Key is embedded in the input type of every write tool: the idempotency
-// key of docs/DESIGN.md section 5.
+// key of docs/DESIGN.md section 5. Its description says when to keep the
+// key and when to make a new one: models mint a fresh key on each retry
+// unless told otherwise, and a fresh key runs the write twice.
 type Key struct {
-	IdempotencyKey string `json:"idempotency_key" jsonschema:"minLength=8,maxLength=128,pattern=^[A-Za-z0-9._:-]+$" jsonschema_description:"Chosen by the caller for this write; send the same key to retry it safely."`
+	IdempotencyKey string `json:"idempotency_key" jsonschema:"minLength=8,maxLength=128,pattern=^[A-Za-z0-9._:-]+$" jsonschema_description:"Chosen by the caller for this write. After an error or a timeout, send the same call again with this same key; use a new key only for a new operation."`
 }
+
+// RetryAdvice ends the description of every write tool, Define adds it:
+// the one sentence that keeps a retry from running a write twice.
+const RetryAdvice = "After an error or a timeout, send the same call again with the same idempotency_key; use a new key only for a new operation."
 
 func (k *Key) idempotencyKey() string { return k.IdempotencyKey }
 
@@ -132,9 +138,13 @@ func Define[D, In, Out any](s Spec[D, In, Out]) (*Tool[D], error) {
 	case s.Destructive && (s.ReadOnly || !isConfirmable || s.Preview == nil):
 		return nil, fmt.Errorf("pipeline: tool %s: a destructive tool is a write tool that embeds pipeline.Confirm and has a Preview", s.Name)
 	}
+	description := s.Description
+	if isKeyed {
+		description = strings.TrimSpace(description + " " + RetryAdvice)
+	}
 	t := &Tool[D]{
 		ToolInfo: &ToolInfo{
-			Name: s.Name, Title: s.Title, Description: s.Description,
+			Name: s.Name, Title: s.Title, Description: description,
 			ReadOnly: s.ReadOnly, Destructive: s.Destructive, Overwrites: s.Overwrites,
 			newInput: func() any { return new(In) },
 		},

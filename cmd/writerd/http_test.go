@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -620,4 +621,67 @@ func testHTTP_GracefulShutdown(t *testing.T, kind storeKind) {
 	if strings.Contains(again.stderr.String(), `"level":"WARN"`) {
 		t.Errorf("the restart warned:\n%s", again.stderr)
 	}
+}
+
+// Ensure tools/list over MCP lists only the tools a token's scopes allow:
+// a read-only token no write tool, a write-only token no read tool, a
+// token of both every tool; and that a refused call names the scope.
+func TestHTTP_ToolsByScope(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	both := mustToken(t, tokens, "both", pipeline.ScopeRead|pipeline.ScopeWrite)
+	reader := mustToken(t, tokens, "reader", pipeline.ScopeRead)
+	writer := mustToken(t, tokens, "writer", pipeline.ScopeWrite)
+	auditor := mustToken(t, tokens, "auditor", pipeline.ScopeAudit)
+	d := MustStartHTTP(t, httpConfig{tokens: tokens})
+	reads := []string{"get_project", "get_record", "list_projects", "list_records"}
+	writes := []string{"create_project", "create_record", "delete_project", "delete_record", "delete_records", "update_project", "update_record"}
+	for _, tt := range []struct {
+		name, token string
+		want        []string
+	}{
+		{"read and write", both, append(slices.Clone(reads), writes...)},
+		{"read", reader, reads},
+		{"write", writer, writes},
+		{"audit", auditor, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := d.MCP(tt.token)
+			defer s.Close()
+			list, err := s.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, tool := range list.Tools {
+				got = append(got, tool.Name)
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(tt.want))
+			if !slices.Equal(got, want) {
+				t.Errorf("tools/list: %v, want %v", got, want)
+			}
+		})
+	}
+	for _, tt := range []struct{ token, tool, args, scope string }{
+		{reader, "create_project", `{"idempotency_key":"k-00000001","name":"a"}`, "write"},
+		{writer, "list_projects", `{}`, "read"},
+	} {
+		s := d.MCP(tt.token)
+		e := mustFail(t, callTool(t, s, tt.tool, tt.args), "PERMISSION_DENIED")
+		if !strings.HasSuffix(e.Error.Message, "it needs a token with the "+tt.scope+" scope.") || e.Error.Retry != "never" {
+			t.Errorf("%s refused: %+v, want the %s scope named and retry never", tt.tool, e.Error, tt.scope)
+		}
+		s.Close()
+	}
+	d.Stop()
+}
+
+// callTool makes one tools/call on s.
+func callTool(t testing.TB, s *sdk.ClientSession, tool, args string) *sdk.CallToolResult {
+	t.Helper()
+	res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	return res
 }
