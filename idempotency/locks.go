@@ -18,6 +18,14 @@ type Locks struct {
 	held map[string]chan struct{} // closed when released
 }
 
+// Held reports whether a call of this process holds principal's key.
+func (l *Locks) Held(principal, key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, held := l.held[principal+"\x00"+key]
+	return held
+}
+
 // Acquire waits at most wait for principal's key to be free and takes it. It
 // returns ErrInUse after the wait, or ctx's error if ctx ends first. The
 // returned release frees the key; calling it

@@ -71,7 +71,8 @@ type Pipeline[D any] struct {
 
 var _ Service = (*Pipeline[any])(nil)
 
-// New returns a Pipeline with no tools registered.
+// New returns a Pipeline with one tool registered, the outcome tool
+// (get_write_outcome, outcome.go), which every pipeline answers alike.
 func New[D any](cfg Config[D]) *Pipeline[D] {
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits
@@ -91,7 +92,9 @@ func New[D any](cfg Config[D]) *Pipeline[D] {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Pipeline[D]{cfg: cfg, log: cfg.Logger, tools: make(map[string]*Tool[D])}
+	p := &Pipeline[D]{cfg: cfg, log: cfg.Logger, tools: make(map[string]*Tool[D])}
+	p.tools[OutcomeToolName] = outcomeTool[D]()
+	return p
 }
 
 // Register adds tools. A name may be registered once.
@@ -296,6 +299,7 @@ func (p *Pipeline[D]) read(ctx context.Context, c Caller, t *Tool[D], in any) *R
 	var out []byte
 	err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
 		op.Store, op.Now = tx.Domain(), p.now()
+		op.keys, op.running = tx.Keys(), p.locks.Held
 		var err error
 		out, err = p.dispatch(ctx, t, op, in)
 		return err

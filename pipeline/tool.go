@@ -373,6 +373,10 @@ type Op[D any] struct {
 	Caller Caller
 
 	targets []auditlog.Target
+	// keys and running are the read transaction's idempotency records and
+	// the process's calls in flight, for the outcome tool.
+	keys    Keys
+	running func(principal, key string) bool
 }
 
 // NewID returns a new ULID for an entity the handler creates.

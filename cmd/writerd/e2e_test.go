@@ -16,7 +16,7 @@ import (
 // The tools of docs/DESIGN.md section 6 that this build serves.
 var (
 	writeTools = []string{"create_project", "create_record", "delete_project", "delete_record", "delete_records", "update_project", "update_record"}
-	readTools  = []string{"get_project", "get_record", "list_projects", "list_records"}
+	readTools  = []string{"get_project", "get_record", "get_write_outcome", "list_projects", "list_records"}
 )
 
 const marker = "zzMARKERzz"

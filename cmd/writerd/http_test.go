@@ -633,7 +633,7 @@ func TestHTTP_ToolsByScope(t *testing.T) {
 	writer := mustToken(t, tokens, "writer", pipeline.ScopeWrite)
 	auditor := mustToken(t, tokens, "auditor", pipeline.ScopeAudit)
 	d := MustStartHTTP(t, httpConfig{tokens: tokens})
-	reads := []string{"get_project", "get_record", "list_projects", "list_records"}
+	reads := []string{"get_project", "get_record", "get_write_outcome", "list_projects", "list_records"}
 	writes := []string{"create_project", "create_record", "delete_project", "delete_record", "delete_records", "update_project", "update_record"}
 	for _, tt := range []struct {
 		name, token string
@@ -684,4 +684,74 @@ func callTool(t testing.TB, s *sdk.ClientSession, tool, args string) *sdk.CallTo
 		t.Fatalf("%s: %v", tool, err)
 	}
 	return res
+}
+
+// Ensure get_write_outcome answers alike over MCP Streamable HTTP, the
+// direct API and stdio: completed with the result byte for byte as the
+// replay's, failed with its code, none for a key never sent and for
+// another principal's key; and that asking writes nothing.
+func TestHTTP_WriteOutcomeOverEveryTransport(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	agent := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
+	other := mustToken(t, tokens, "other", pipeline.ScopeRead|pipeline.ScopeWrite)
+	d := MustStartHTTP(t, httpConfig{tokens: tokens})
+	created := d.API(agent, "create_project", "k-00000001", `{"name":"alpha"}`)
+	refused := d.API(agent, "create_project", "k-00000002", `{"name":"ALPHA"}`)
+	if created.status != http.StatusCreated || refused.errorCode() != "ALREADY_EXISTS" {
+		t.Fatalf("the writes: %d %s / %s", created.status, created.body, refused.body)
+	}
+	replay := d.API(agent, "create_project", "k-00000001", `{"name":"alpha"}`)
+	type outcome struct {
+		State   string          `json:"state"`
+		Result  json.RawMessage `json:"result"`
+		Code    string          `json:"code"`
+		AuditID string          `json:"audit_id"`
+	}
+	decode := func(how, s string) outcome {
+		t.Helper()
+		var o outcome
+		if err := json.Unmarshal([]byte(s), &o); err != nil {
+			t.Fatalf("%s: %s: %v", how, s, err)
+		}
+		return o
+	}
+	asks := map[string]func(token, key string) outcome{
+		"direct API": func(token, key string) outcome {
+			r := d.API(token, "get_write_outcome", "", `{"key":"`+key+`"}`)
+			if r.status != http.StatusOK {
+				t.Fatalf("direct API: %d %s", r.status, r.body)
+			}
+			return decode("direct API", r.body)
+		},
+		"MCP": func(token, key string) outcome {
+			s := d.MCP(token)
+			defer s.Close()
+			res := callTool(t, s, "get_write_outcome", `{"key":"`+key+`"}`)
+			return decode("MCP", text(t, res))
+		},
+	}
+	for how, ask := range asks {
+		if o := ask(agent, "k-00000001"); o.State != "completed" || string(o.Result) != replay.body || o.AuditID == "" {
+			t.Errorf("%s: completed %+v, want the replay's bytes %s", how, o, replay.body)
+		}
+		if o := ask(agent, "k-00000002"); o.State != "failed" || o.Code != "ALREADY_EXISTS" {
+			t.Errorf("%s: failed %+v", how, o)
+		}
+		if o := ask(agent, "k-00000003"); o.State != "none" {
+			t.Errorf("%s: a key never sent %+v", how, o)
+		}
+		if o := ask(other, "k-00000001"); o.State != "none" {
+			t.Errorf("%s: another principal's key %+v, want none", how, o)
+		}
+	}
+	d.Stop()
+	s := mustStartWith(t, daemonConfig{store: d.store, args: []string{"--principal", "agent"}})
+	if o := decode("stdio", text(t, s.Call("get_write_outcome", `{"key":"k-00000001"}`))); o.State != "completed" || string(o.Result) != replay.body {
+		t.Errorf("stdio: %+v, want the replay's bytes %s", o, replay.body)
+	}
+	s.Stop()
+	st := MustOpenStore(t, d.store)
+	if n, evs := st.projects(), st.events(); n != 1 || len(evs) != 2 {
+		t.Fatalf("projects %d, events %d: asking wrote", n, len(evs))
+	}
 }

@@ -45,6 +45,21 @@ func claimKey(principal, key string) int64 {
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
 
+// Running reports whether a transaction, of any replica, holds the key's
+// claim (its advisory lock): a write of the key is running
+// (pipeline.RunningKeys). It reads pg_locks, which takes no lock itself,
+// so that asking never delays the write. A 64-bit advisory lock shows
+// there as its high 32 bits in classid, its low 32 in objid, and objsubid 1.
+func (k keys) Running(principal, key string) (bool, error) {
+	var held bool
+	err := k.t.q.QueryRow(k.t.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid)`,
+		claimKey(principal, key)).Scan(&held)
+	return held, k.t.check("read a key's claim", err)
+}
+
 // Claim takes the key's advisory lock for the transaction, then reads its
 // record, which a statement after the lock sees as the holder committed
 // it. In a batch it only tries: a key another transaction holds makes the

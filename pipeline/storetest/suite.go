@@ -30,6 +30,7 @@ var Tests = []Test{
 	{"TTLEdges", "a record holds its key until created_at + TTL exactly; at that instant the key runs again", testTTL},
 	{"Collection", "collection deletes expired records only (one expiring exactly now is), at most a limit at a time, says whether more remain, and HasExpired whether a step is due", testCollection},
 	{"ConcurrentSameKeyStorm", "many concurrent identical calls with one key, on one pipeline or two, execute once and all get the first answer", testStorm},
+	{"WriteOutcome", "get_write_outcome answers without running anything: none for a key never sent, running while a call holds it (on a shared store, seen from another process too), completed with the result byte for byte as a replay returns it and the audit id, failed with its code, none at expiry and for another principal; asking writes nothing", testWriteOutcome},
 	{"ClaimAcrossProcesses", "a key a write holds on another pipeline (another process) is waited for and replayed, or answered IDEMPOTENCY_KEY_IN_USE; it never runs twice", testClaim},
 	// Group commit (docs/DESIGN.md section 11).
 	{"UpdateRollsBackOnlyItsOwn", "a write given to Update that fails or panics rolls back its own changes only; the writes beside it commit", testUpdateIsolation},

@@ -1,0 +1,110 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/writerd/writerd/idempotency"
+)
+
+// The outcome tool answers "what became of my call?" without running
+// anything. Since MCP 2026-07-28 a broken response stream loses the
+// request in flight and the client must send it again as a new request,
+// so an agent often does not know whether a write ran. Resending the same
+// call with the same key is always safe, but it runs the write if it never
+// arrived; get_write_outcome lets the agent look first. It reads the
+// caller's own idempotency record (keys are per principal: no caller sees
+// another's), and the calls in flight: this process's by its key locks,
+// another process's by the store's claim (RunningKeys) where the store is
+// shared.
+
+// OutcomeToolName is the name of the outcome tool New registers.
+const OutcomeToolName = "get_write_outcome"
+
+// The states of a write's outcome.
+const (
+	WriteNone      = "none"      // no live record and nothing running: the write never arrived, or its key expired
+	WriteRunning   = "running"   // a call with the key is running now
+	WriteCompleted = "completed" // it ran: result is what a replay returns
+	WriteFailed    = "failed"    // it was refused: code says why
+)
+
+// RunningKeys is implemented by the Keys of a store several processes
+// share (docs/DESIGN.md section 13): Running reports whether a write
+// transaction holds principal's key by the claim rule, in this process or
+// another. A store one process holds need not implement it: the pipeline
+// knows that process's calls by its key locks.
+type RunningKeys interface {
+	Running(principal, key string) (bool, error)
+}
+
+// WriteOutcomeInput is get_write_outcome's input.
+type WriteOutcomeInput struct {
+	Key string `json:"key" jsonschema:"minLength=8,maxLength=128,pattern=^[A-Za-z0-9._:-]+$" jsonschema_description:"The idempotency_key of a write this caller sent."`
+}
+
+// WriteOutcome is get_write_outcome's answer.
+type WriteOutcome struct {
+	State string `json:"state" jsonschema:"enum=none,enum=running,enum=completed,enum=failed" jsonschema_description:"none: no write with this key is known (it never arrived, or its key expired), so sending the call is safe and runs it; running: a call with this key is running now, so ask again shortly; completed: it ran, and result is its answer; failed: it was refused, and code says why."`
+	// Tool is the write's tool, when it completed or failed.
+	Tool string `json:"tool,omitempty" jsonschema_description:"The tool the write called."`
+	// Result is the structured result, byte for byte what a replay of the
+	// call returns.
+	Result json.RawMessage `json:"result,omitempty" jsonschema_description:"The write's structured result, as a retry with the same key returns it."`
+	// AuditID is the write's audit event.
+	AuditID string `json:"audit_id,omitempty" jsonschema_description:"The id of the write's audit event."`
+	// Code is the error code of a failed write.
+	Code string `json:"code,omitempty" jsonschema_description:"The error code the write failed with."`
+	// ExpiresAt is when the key's record expires: from then on the key is
+	// new again, and the state none.
+	ExpiresAt *time.Time `json:"expires_at,omitempty" jsonschema_description:"When the key expires: from then on the state is none and the key runs a new write."`
+}
+
+// outcomeTool is get_write_outcome, for a pipeline of domain D.
+func outcomeTool[D any]() *Tool[D] {
+	return MustDefine(Spec[D, WriteOutcomeInput, WriteOutcome]{
+		Name:  OutcomeToolName,
+		Title: "Get a write's outcome",
+		Description: "Tells what became of a write this caller sent with an idempotency_key, without running anything: " +
+			"none (never arrived, or expired), running, completed (with the result a retry would return) or failed (with its code). " +
+			"Use it when a write's answer was lost, for example after a timeout or a broken connection, before deciding to send it again.",
+		ReadOnly: true,
+		Run: func(ctx context.Context, op *Op[D], in *WriteOutcomeInput) (*WriteOutcome, error) {
+			return op.outcome(op.Caller.Principal, in.Key)
+		},
+	})
+}
+
+// outcome reads the outcome of principal's key in the read transaction
+// op runs in.
+func (op *Op[D]) outcome(principal, key string) (*WriteOutcome, error) {
+	rec, err := op.keys.Get(principal, key)
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil && op.Now.Before(rec.ExpiresAt) {
+		expires := rec.ExpiresAt.UTC()
+		o := &WriteOutcome{Tool: rec.Tool, AuditID: rec.AuditID, ExpiresAt: &expires}
+		switch rec.State {
+		case idempotency.Completed:
+			o.State, o.Result = WriteCompleted, rec.Result
+		default:
+			o.State, o.Code = WriteFailed, rec.Code
+		}
+		return o, nil
+	}
+	if op.running(principal, key) {
+		return &WriteOutcome{State: WriteRunning}, nil
+	}
+	if rk, ok := op.keys.(RunningKeys); ok {
+		running, err := rk.Running(principal, key)
+		if err != nil {
+			return nil, err
+		}
+		if running {
+			return &WriteOutcome{State: WriteRunning}, nil
+		}
+	}
+	return &WriteOutcome{State: WriteNone}, nil
+}
