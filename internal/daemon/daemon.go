@@ -206,6 +206,9 @@ func (d *Daemon) open(ctx context.Context) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l, ok := s.(interface{ SetLogger(*slog.Logger) }); ok {
+		l.SetLogger(d.log) // the one line of a store that stops taking writes
+	}
 	if !d.cfg.Store.Postgres() {
 		if err := d.bindKey(ctx, s); err != nil {
 			s.Close()

@@ -172,7 +172,9 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz answers 200 when the store is open and takes writes, else 503.
+// readyz answers 200 when the store is open and takes writes, else 503
+// with Retry-After (retryAfter): while the store refuses writes (held,
+// full, poisoned), it is not ready.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
@@ -198,7 +200,8 @@ func (s *server) refuse(w http.ResponseWriter, r *http.Request, kind string, e *
 }
 
 // fail writes an error as the envelope every transport uses, with its
-// catalogue status. It is the one place the edge maps an error to HTTP.
+// catalogue status. It is the one place the edge maps an error to HTTP;
+// a 503 gets Retry-After on its way out (retryAfter).
 func (s *server) fail(w http.ResponseWriter, r *http.Request, e *pipeline.Error) {
 	(&pipeline.Result{RequestID: pipeline.RequestID(r.Context()), Err: e}).WriteError(w)
 }
@@ -210,7 +213,28 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(b)
 }
 
-// statusWriter remembers the status written, for the log and the metrics.
+// retryAfterSeconds is the Retry-After of every 503 the server sends:
+// the envelope of an UNAVAILABLE (fail, and the direct API's and the
+// audit API's own) and /readyz's. A 503 is a store held by another
+// process, full, closing or stopped by a disk error, and it is answered
+// at once, so a retry costs little; a held store opens within a second
+// of its release (daemon.Pending) and a full disk's writes resume as soon
+// as space returns, so a longer wait only delays the client. A store
+// stopped by a disk error waits for its operator's restart, as its
+// message says; the same short wait finds it back soon after.
+const retryAfterSeconds = "2"
+
+// retryAfter sets Retry-After on a 503 whose handler set none. Every
+// answer passes the edge's statusWriter, so this is the one place that
+// sees every 503, whichever handler wrote it.
+func retryAfter(h http.Header, code int) {
+	if code == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", retryAfterSeconds)
+	}
+}
+
+// statusWriter remembers the status written, for the log and the metrics,
+// and adds Retry-After to a 503 (retryAfter).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -220,6 +244,7 @@ type statusWriter struct {
 func (w *statusWriter) WriteHeader(code int) {
 	if !w.wrote {
 		w.status, w.wrote = code, true
+		retryAfter(w.Header(), code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

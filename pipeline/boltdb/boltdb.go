@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -52,6 +53,7 @@ var ErrNoDatabase = errors.New("boltdb: no database in the data directory")
 // DB is an open bbolt database. Its writes are group-committed (group.go).
 type DB struct {
 	db       *bolt.DB
+	file     *os.File // bbolt's
 	dir      string
 	warnings []string
 	commits  *committer // nil when read-only
@@ -89,7 +91,7 @@ func Open(dir string, inits ...func(*kv.Tx) error) (*DB, error) {
 		d.db.Close()
 		return nil, redact(dir, fmt.Errorf("boltdb: create buckets: %w", err))
 	}
-	d.commits = newCommitter(d.db, dir)
+	d.commits = newCommitter(d.db, d.file, dir)
 	return d, nil
 }
 
@@ -145,7 +147,7 @@ func open(dir string, readOnly bool) (*DB, error) {
 				return nil, err
 			}
 		}
-		return &DB{db: db, dir: dir, warnings: o.warnings}, nil
+		return &DB{db: db, file: o.file, dir: dir, warnings: o.warnings}, nil
 	case errors.As(err, &damaged):
 		return nil, damaged
 	case errors.Is(err, bolterrors.ErrTimeout):
@@ -185,6 +187,7 @@ func consistent(db *bolt.DB) error {
 type opener struct {
 	readOnly bool
 	warnings []string
+	file     *os.File // the file opened, once checked
 }
 
 func (o *opener) openFile(path string, flag int, mode os.FileMode) (*os.File, error) {
@@ -211,6 +214,7 @@ func (o *opener) openFile(path string, flag int, mode os.FileMode) (*os.File, er
 		return fail(err)
 	}
 	o.warnings = r.warnings
+	o.file = f
 	return f, nil
 }
 
@@ -220,7 +224,9 @@ func (d *DB) Warnings() []string { return d.warnings }
 
 // Update runs fn as one write of a group commit; see pipeline.Storage and
 // group.go. fn's error comes back unchanged, its changes rolled back; a
-// panic in fn is an error too. fn runs on the committer's goroutine.
+// panic in fn is an error too. fn runs on the committer's goroutine. A
+// commit that fails is UNAVAILABLE: the disk is full, or the store is
+// poisoned and takes no write until it is opened again (refuse.go).
 func (d *DB) Update(ctx context.Context, fn func(*kv.Tx) error) error {
 	if d.commits == nil {
 		return classify(bolterrors.ErrDatabaseReadOnly)
@@ -228,8 +234,39 @@ func (d *DB) Update(ctx context.Context, fn func(*kv.Tx) error) error {
 	return d.commits.write(ctx, fn)
 }
 
-// ObserveCommits has f told of every commit: its duration, fsync
-// included, and how many writes it committed.
+// Ready returns nil when the database takes writes: open, its committer
+// running, the disk not full and no commit failed to reach it; else the
+// UNAVAILABLE its writes are answered (see refuse.go: while the disk is
+// full, Ready is a probe that needs new space, and it is ready again
+// once the probe finds it, even if no write came meanwhile).
+func (d *DB) Ready(ctx context.Context) error {
+	if d.commits == nil {
+		return classify(bolterrors.ErrDatabaseReadOnly)
+	}
+	return d.commits.ready(ctx)
+}
+
+// Poisoned returns the error every call is answered once a commit failed
+// to reach the disk (its chain holds ErrPoisoned), or nil.
+func (d *DB) Poisoned() error {
+	if d.commits == nil {
+		return nil
+	}
+	return d.commits.refused()
+}
+
+// SetLogger has the database log to l: the one line of a commit that
+// poisons it (refuse.go). Without it, nothing is logged.
+func (d *DB) SetLogger(l *slog.Logger) {
+	if d.commits != nil {
+		d.commits.mu.Lock()
+		d.commits.log = l
+		d.commits.mu.Unlock()
+	}
+}
+
+// ObserveCommits has f told of every commit that succeeds: its duration,
+// fsync included, and how many writes it committed.
 func (d *DB) ObserveCommits(f func(d time.Duration, writes int)) {
 	if d.commits != nil {
 		d.commits.mu.Lock()
@@ -238,8 +275,13 @@ func (d *DB) ObserveCommits(f func(d time.Duration, writes int)) {
 	}
 }
 
-// View runs fn in a read-only transaction; see pipeline.Storage.
+// View runs fn in a read-only transaction; see pipeline.Storage. A
+// poisoned database serves no read (refuse.go): its mapping may show
+// pages that never reached the disk.
 func (d *DB) View(_ context.Context, fn func(*kv.Tx) error) error {
+	if err := d.Poisoned(); err != nil {
+		return err
+	}
 	var fnErr error
 	err := d.db.View(func(tx *bolt.Tx) error {
 		fnErr = fn(kv.Wrap(tx))
@@ -266,6 +308,7 @@ func (d *DB) Bolt() *bolt.DB { return d.db }
 
 // classify marks the storage failures a client may retry later as
 // UNAVAILABLE: a closed store, a full disk. Other errors pass unchanged.
+// A commit's own failure is classified by commitFailed instead.
 func classify(err error) error {
 	switch {
 	case err == nil:
@@ -273,7 +316,7 @@ func classify(err error) error {
 	case errors.Is(err, bolterrors.ErrDatabaseNotOpen):
 		return pipeline.Wrap(pipeline.Unavailable, err, "The store is closed; send the call again with the same key later.")
 	case errors.Is(err, syscall.ENOSPC):
-		return pipeline.Wrap(pipeline.Unavailable, err, "The store is full; send the call again with the same key later.")
+		return pipeline.Wrap(pipeline.Unavailable, err, FullMessage)
 	}
 	return err
 }

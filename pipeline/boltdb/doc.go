@@ -26,6 +26,16 @@
 // (BenchmarkStartup). Check runs bbolt's own consistency check and the
 // idempotency index's, for Storage.Check and writerd check.
 //
+// A commit that fails is told apart by its cause (refuse.go). A full disk
+// (ENOSPC or EDQUOT from writing a page or growing the file) is
+// transient: the writes are answered UNAVAILABLE with FullMessage, Ready
+// fails, and the next write that commits, or a probe of Ready that finds
+// room past the data, ends it. Any other failure to write or sync the
+// file poisons the store: no commit is attempted and no read served
+// until it is opened again (DB.Poisoned, ErrPoisoned, PoisonedMessage),
+// one error line is logged (SetLogger), and Lead reports false, so that
+// no checkpoint is signed over events that may not be on the disk.
+//
 // A file another process holds is ErrLocked; the daemon's assembly
 // (internal/daemon) answers calls UNAVAILABLE with HeldMessage meanwhile
 // and opens the store as soon as it is free.

@@ -3,8 +3,11 @@ package boltdb
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,29 +30,45 @@ const MaxBatch = 256
 // that a write that fails or panics rolls back its own changes only and
 // never re-runs or disturbs the others. All are answered once the
 // transaction holding them is durable, or has failed.
+//
+// A commit that fails is told apart by its cause (refuse.go): a full disk
+// is transient, and the committer goes on trying the writes that come;
+// any other failure to write or sync the file poisons the committer,
+// which then attempts no commit at all until the database is opened
+// again.
 
-// unit is one write waiting for its turn.
+// unit is one write waiting for its turn, or Ready's probe (fn nil).
 type unit struct {
-	fn   func(*kv.Tx) error
-	err  error
-	done chan struct{}
+	fn    func(*kv.Tx) error
+	probe bool
+	err   error
+	done  chan struct{}
 }
 
 // committer runs the writes of one database.
 type committer struct {
 	db       *bolt.DB
+	file     *os.File // bbolt's own, for the probe's reservation
 	dir      string
 	queue    chan *unit
 	quit     chan struct{} // closed to stop the loop
 	stopped  chan struct{} // closed when the loop has returned
 	stopOnce sync.Once
 
+	// full is the answer of the last commit refused for want of space,
+	// until a commit or a probe succeeds; poisoned, once set, answers
+	// every write and read until the database is opened again
+	// (refuse.go).
+	full     atomic.Pointer[pipeline.Error]
+	poisoned atomic.Pointer[pipeline.Error]
+
 	mu       sync.Mutex
 	observer func(d time.Duration, writes int)
+	log      *slog.Logger
 }
 
-func newCommitter(db *bolt.DB, dir string) *committer {
-	c := &committer{db: db, dir: dir, queue: make(chan *unit, MaxBatch),
+func newCommitter(db *bolt.DB, file *os.File, dir string) *committer {
+	c := &committer{db: db, file: file, dir: dir, queue: make(chan *unit, MaxBatch),
 		quit: make(chan struct{}), stopped: make(chan struct{})}
 	go c.loop()
 	return c
@@ -61,7 +80,15 @@ var errClosed = pipeline.Wrap(pipeline.Unavailable, bolterrors.ErrDatabaseNotOpe
 // write queues fn and waits for its outcome: fn's own error (its changes
 // rolled back), the commit's error, or nil once committed durably.
 func (c *committer) write(ctx context.Context, fn func(*kv.Tx) error) error {
-	u := &unit{fn: fn, done: make(chan struct{})}
+	return c.submit(ctx, &unit{fn: fn, done: make(chan struct{})})
+}
+
+// submit queues u and waits for its answer. A poisoned committer answers
+// at once, queueing nothing.
+func (c *committer) submit(ctx context.Context, u *unit) error {
+	if e := c.poisoned.Load(); e != nil {
+		return e
+	}
 	select {
 	case <-c.quit:
 		return errClosed
@@ -117,29 +144,78 @@ func (c *committer) loop() {
 	}
 }
 
-// commit runs a batch in one transaction and answers its writes.
+// commit runs a batch in one transaction and answers its writes. A
+// poisoned committer answers them without a transaction; while the disk
+// is full, Ready's probes in the batch reserve room instead of committing
+// (probe).
 func (c *committer) commit(batch []*unit) {
-	start := time.Now()
-	ran := 0
-	err := c.db.Update(func(btx *bolt.Tx) error {
-		tx := kv.Wrap(btx)
-		for _, u := range batch {
-			sp := tx.Savepoint()
-			if u.err = runUnit(u.fn, tx); u.err != nil {
-				if err := tx.RollbackTo(sp); err != nil {
-					return fmt.Errorf("boltdb: roll back a failed write: %w", err)
-				}
-				continue
-			}
-			ran++
+	if e := c.poisoned.Load(); e != nil {
+		answer(batch, e)
+		return
+	}
+	if c.full.Load() != nil {
+		if batch = c.probe(batch); len(batch) == 0 {
+			return
 		}
-		return nil
-	})
-	c.observe(time.Since(start), ran)
+	}
+	start := time.Now()
+	ran, err := c.transact(batch)
+	if err == nil {
+		// A failed commit committed nothing, and is not observed: the
+		// observers (the metrics, the checkpointer's wake-up) count
+		// what reached the disk.
+		c.observe(time.Since(start), ran)
+		if ran > 0 {
+			c.full.Store(nil) // writes succeed again
+		}
+	}
 	for _, u := range batch {
 		if err != nil && u.err == nil {
-			u.err = classify(redact(c.dir, err))
+			u.err = err
 		}
+		close(u.done)
+	}
+}
+
+// transact runs the batch's writes in one bbolt transaction and commits
+// it. It returns how many of the writes ran without error, and the
+// error of the transaction as its writes are answered: a commit that
+// failed is classified by commitFailed, which may poison the committer.
+// A probe (fn nil) writes nothing.
+func (c *committer) transact(batch []*unit) (ran int, err error) {
+	btx, err := c.db.Begin(true)
+	if err != nil {
+		return 0, classify(redact(c.dir, err))
+	}
+	defer func() {
+		if btx.DB() != nil {
+			btx.Rollback()
+		}
+	}()
+	tx := kv.Wrap(btx)
+	for _, u := range batch {
+		if u.fn == nil {
+			continue
+		}
+		sp := tx.Savepoint()
+		if u.err = runUnit(u.fn, tx); u.err != nil {
+			if err := tx.RollbackTo(sp); err != nil {
+				return 0, fmt.Errorf("boltdb: roll back a failed write: %w", err)
+			}
+			continue
+		}
+		ran++
+	}
+	if err := btx.Commit(); err != nil {
+		return 0, c.commitFailed(err)
+	}
+	return ran, nil
+}
+
+// answer answers every unit of a batch with err.
+func answer(batch []*unit, err error) {
+	for _, u := range batch {
+		u.err = err
 		close(u.done)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -81,11 +82,19 @@ func (s *Storage[D]) View(ctx context.Context, fn func(pipeline.Tx[D]) error) er
 	return s.db.View(ctx, func(tx *kv.Tx) error { return fn(s.bound(tx)) })
 }
 
-// Ready commits an empty write: the store is open, writable, and its
-// committer runs.
-func (s *Storage[D]) Ready(ctx context.Context) error {
-	return s.db.Update(ctx, func(*kv.Tx) error { return nil })
-}
+// Ready returns nil when the store takes writes (DB.Ready): open, its
+// committer running, the disk not full and no commit failed to reach it.
+func (s *Storage[D]) Ready(ctx context.Context) error { return s.db.Ready(ctx) }
+
+// Lead reports whether this process may sign checkpoints of the store's
+// audit log: it holds the file, so always, unless the store is poisoned
+// (DB.Poisoned). Then no checkpoint is signed over a log whose last
+// events may not be on the disk, and the checkpointer stands aside
+// without a log line a poll.
+func (s *Storage[D]) Lead(context.Context) bool { return s.db.Poisoned() == nil }
+
+// SetLogger has the store log to l (DB.SetLogger).
+func (s *Storage[D]) SetLogger(l *slog.Logger) { s.db.SetLogger(l) }
 
 // ObserveCommits has f told of every commit (DB.ObserveCommits).
 func (s *Storage[D]) ObserveCommits(f func(d time.Duration, writes int)) { s.db.ObserveCommits(f) }
