@@ -47,6 +47,8 @@ type Config struct {
 	Metrics  *metrics.Metrics
 	Logger   *slog.Logger
 	MaxBody  int64 // default DefaultMaxBody
+	// Backup is served at GET /v1/admin/backup to callers with the admin scope (backup.go); nil serves no route.
+	Backup Backup
 }
 
 // New returns writerd's HTTP handler: MCP at /mcp, the direct API at
@@ -64,6 +66,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("/", s.notFound)
+	s.registerBackup(mux)
 	if cfg.Audit != nil {
 		api := &auditapi.Server{Log: cfg.Audit.Log, VerifierKey: cfg.Audit.VerifierKey, Sign: cfg.Audit.Sign, TlogPublic: cfg.Audit.Public, Caller: cfg.Caller, Logger: cfg.Logger}
 		api.Register(mux, cfg.Authenticate)
