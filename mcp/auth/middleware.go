@@ -51,7 +51,7 @@ const Code = pipeline.Unauthenticated
 
 // Message is the one sentence a refused request is answered with, whatever
 // the reason: the answer tells a client only that it needs a valid token.
-const Message = "This request needs a valid token: send the header Authorization: Bearer followed by a writerd token."
+const Message = "This request needs a valid token: send the header Authorization: Bearer followed by a writerd token. A token made after the daemon last read its tokens file works once it reads the file again (SIGHUP)."
 
 // Bearer authenticates every request by its bearer token (RFC 6750) before
 // next sees it. The request must carry exactly one Authorization header,
