@@ -30,6 +30,27 @@ type transcriptStep struct {
 	output  []string
 }
 
+// readmeBlock returns the first shell block of README.md's section under
+// heading.
+func readmeBlock(t *testing.T, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %q", heading)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, block, ok := strings.Cut(section, "```sh\n")
+	if !ok {
+		t.Fatalf("README.md's %q has no shell block", heading)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	return block
+}
+
 // readmeTranscript returns the steps of the first block of README.md's
 // section under heading that holds a line starting with prefix+"$ ".
 func readmeTranscript(t *testing.T, heading, prefix string) []transcriptStep {
@@ -112,14 +133,16 @@ func lineMatcher(line string) *regexp.Regexp {
 	return regexp.MustCompile(re.String())
 }
 
-// Ensure the README's token and audit walkthroughs run as written against
-// a real daemon: the five writes the audit walkthrough's log holds are
-// made first over the direct API, and the daemon is stopped where the
-// transcript says so.
+// Ensure the README's shell blocks and transcripts for a daemon run as
+// written: the HTTP daemon's block starts the daemon (its pid file is what
+// the transcripts signal), the direct API's block writes and lists, the
+// token and audit walkthroughs print what they show (the other writes of
+// the audit walkthrough's log made first, and the daemon stopped where
+// the transcript says so), and the check block passes on what is left.
 func TestREADME_Transcripts(t *testing.T) {
 	work := t.TempDir()
 	home := filepath.Join(work, "home")
-	data := filepath.Join(work, "data")
+	data := filepath.Join(home, ".local", "share", "writerd") // the HTTP block's default
 	if err := os.MkdirAll(filepath.Join(home, ".config", "writerd"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -131,24 +154,28 @@ func TestREADME_Transcripts(t *testing.T) {
 	ln.Close()
 	addr := "127.0.0.1:" + port
 
-	// The README's daemon, started as its HTTP section says, and the
-	// writes of the audit walkthrough's log.
+	// The README's daemon, started as its HTTP section says (its token
+	// for the agent), its direct API block, and the other writes of the
+	// audit walkthrough's log.
+	replace := strings.NewReplacer("127.0.0.1:7070", addr, "/var/lib/writerd", data)
+	serveLog := filepath.Join(work, "serve.log")
 	var script strings.Builder
 	fmt.Fprintf(&script, `set -u
-agent=$(writerd token new --tokens ~/.config/writerd/tokens.json --name claude-code 2>/dev/null)
-writerd serve --addr %[1]s --data %[2]s --tokens ~/.config/writerd/tokens.json 2>%[3]s &
-echo $! > ~/.config/writerd/serve.pid
+{
+%[3]s
+} >%[2]s 2>&1
+agent=$(grep -ao 'wrd_[A-Za-z0-9_-]*' %[2]s | head -1)
 until curl -sf http://%[1]s/readyz >/dev/null; do sleep 0.1; done
+api_block=$(WRITERD_TOKEN=$agent; { %[4]s
+} 2>&1); echo "@@api $?"; echo "$api_block" | grep -q '"name":"alpha"' && echo "@@api alpha"
 api() { curl -s -o /dev/null http://%[1]s/v1/tools/$1 -H "Authorization: Bearer $agent" -H "Idempotency-Key: $2" -d "$3"; }
-api create_project create-alpha-1 '{"name":"alpha"}'
 api create_project create-alpha-2 '{"name":"alpha"}'
 project=$(curl -s http://%[1]s/v1/tools/list_projects -H "Authorization: Bearer $agent" -d '{}' | sed 's/.*"id":"\([0-9A-Z]*\)".*/\1/')
 api create_record rec-0000001 '{"project_id":"'$project'","title":"first"}'
 api update_project rename-alpha-1 '{"project_id":"'$project'","expected_revision":1,"name":"beta"}'
 api update_project rename-alpha-2 '{"project_id":"'$project'","expected_revision":1,"name":"gamma"}'
 stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.config/writerd/serve.pid)" 2>/dev/null; do sleep 0.05; done; }
-`, addr, data, filepath.Join(work, "serve.log"))
-	replace := strings.NewReplacer("127.0.0.1:7070", addr, "/var/lib/writerd", data)
+`, addr, serveLog, replace.Replace(readmeBlock(t, "## The HTTP daemon")), replace.Replace(readmeBlock(t, "### The direct API")))
 	var steps []transcriptStep
 	for _, section := range []struct{ heading, prefix string }{
 		{"### Tokens", "    "},
@@ -161,13 +188,18 @@ stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.conf
 		if strings.Contains(cmd, "# the daemon stopped") {
 			script.WriteString("stop\n")
 		}
+		reload := strings.HasPrefix(cmd, "kill -HUP")
+		if reload {
+			fmt.Fprintf(&script, "reloads=$(grep -ac 'tokens file reloaded' %s)\n", serveLog)
+		}
 		fmt.Fprintf(&script, "echo '@@step %d'\n{ %s\n} 2>&1\necho \"@@exit $?\"\n", i, cmd)
-		if strings.HasPrefix(cmd, "kill -HUP") {
+		if reload {
 			// The reload is the daemon's, a moment later.
-			script.WriteString("until grep -q 'tokens file reloaded' " + filepath.Join(work, "serve.log") + "; do sleep 0.05; done; : > " + filepath.Join(work, "serve.log") + "\n")
+			fmt.Fprintf(&script, "until [ \"$(grep -ac 'tokens file reloaded' %s)\" -gt \"$reloads\" ]; do sleep 0.05; done\n", serveLog)
 		}
 	}
-	script.WriteString("kill \"$(cat ~/.config/writerd/serve.pid)\" 2>/dev/null; exit 0\n")
+	// Checking a database, the daemon stopped.
+	fmt.Fprintf(&script, "echo '@@check'\n{ %s\n} 2>&1\necho \"@@check $?\"\nexit 0\n", replace.Replace(readmeBlock(t, "## Checking a database")))
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -189,6 +221,11 @@ stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.conf
 	if err != nil {
 		t.Fatalf("the transcripts' script: %v\n%s", err, out.String())
 	}
+	for _, want := range []string{"@@api 0", "@@api alpha", "@@check 0"} {
+		if !strings.Contains("\n"+out.String(), "\n"+want+"\n") {
+			t.Errorf("the README's HTTP daemon, direct API or check block: no %q in\n%s", want, out.String())
+		}
+	}
 	got := map[int][]string{}
 	exits := map[int]string{}
 	step := -1
@@ -198,6 +235,8 @@ stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.conf
 			step, _ = strconv.Atoi(strings.TrimPrefix(line, "@@step "))
 		case strings.HasPrefix(line, "@@exit "):
 			exits[step] = strings.TrimPrefix(line, "@@exit ")
+		case strings.HasPrefix(line, "@@check"):
+			step = -1
 		case step >= 0 && line != "":
 			got[step] = append(got[step], line)
 		}
