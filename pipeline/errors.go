@@ -3,7 +3,9 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 )
 
 // Code is a machine-readable error code from the catalogue of docs/DESIGN.md
@@ -71,6 +73,26 @@ var catalogue = map[Code]entry{
 	Unavailable:          {http.StatusServiceUnavailable, RetrySameKey, false},
 	Internal:             {http.StatusInternalServerError, RetrySameKey, false},
 	Unauthenticated:      {http.StatusUnauthorized, RetryNever, false},
+}
+
+// Codes returns every code of the catalogue, sorted.
+func Codes() []Code {
+	return slices.Sorted(maps.Keys(catalogue))
+}
+
+// AuditedCodes returns, sorted, the codes a failed write's audit event
+// can carry: the domain codes a handler refuses a write with, and
+// INTERNAL. The others refuse a call before its write runs (or, for
+// UNAVAILABLE, record nothing), so no audit event carries them.
+func AuditedCodes() []Code {
+	var codes []Code
+	for c, e := range catalogue {
+		if e.domain || c == Internal {
+			codes = append(codes, c)
+		}
+	}
+	slices.Sort(codes)
+	return codes
 }
 
 // Status returns the HTTP status of a code; an unknown code is a 500.

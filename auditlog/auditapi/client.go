@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
@@ -39,6 +40,18 @@ func (c *Client) Close() error {
 	c.client.CloseIdleConnections()
 	return nil
 }
+
+// NotServed begins the message of the 404 a writerd daemon answers for a
+// path it does not serve (mcp/httpapi writes it), as against the audit
+// API's own 404s (an event or a checkpoint the log does not hold): the
+// client tells them apart by it.
+const NotServed = "There is nothing at this path"
+
+// ErrNoAuditAPI is the error of a daemon that answers the audit API's
+// paths with its 404 for a path it does not serve: the client's base URL
+// is not the daemon's (it names a route, such as /mcp, or a prefix the
+// daemon has none of), or the daemon serves no audit API.
+var ErrNoAuditAPI = errors.New("no audit API at this URL")
 
 // maxAnswer bounds an answer read whole (an export is streamed).
 const maxAnswer = 256 << 20
@@ -91,6 +104,8 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values) (*ht
 		return nil, fmt.Errorf("the daemon at %s signs no checkpoint on request: it is older than this writerd", c.base.Redacted())
 	case resp.StatusCode == http.StatusNotFound && code == "":
 		return nil, fmt.Errorf("the daemon at %s serves no audit API (404 on %s): is it a writerd serve with audit support?", c.base.Redacted(), u.Path)
+	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(env.Error.Message, NotServed):
+		return nil, fmt.Errorf("%w: the daemon at %s has nothing at %s (404); the URL must be the daemon's base URL, such as http://127.0.0.1:7070, without a route such as /mcp, of a writerd serve with the audit API", ErrNoAuditAPI, c.base.Redacted(), u.Path)
 	case resp.StatusCode == http.StatusNotFound && (path == pathCheckpoint || path == pathExport):
 		return nil, ErrNoCheckpoint
 	case resp.StatusCode == http.StatusNotFound && code == "NOT_FOUND":

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -247,6 +248,9 @@ func (a *auditFrom) open(ctx context.Context) (source, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, fs.fail("%s takes the daemon's URL, such as http://127.0.0.1:7070", fs.label("server"))
 	}
+	if route := daemonRoute(u.Path); route != "" {
+		return nil, fs.fail("%s takes the daemon's base URL, such as http://127.0.0.1:7070, not that of its route %s: the audit API is at /v1/audit/ under it", fs.label("server"), route)
+	}
 	token := os.Getenv("WRITERD_TOKEN")
 	if a.tokenFile != "" {
 		b, err := os.ReadFile(expandHome(a.tokenFile))
@@ -263,6 +267,23 @@ func (a *auditFrom) open(ctx context.Context) (source, error) {
 		fmt.Fprintf(fs.stderr, "%s: warning: the token goes to %s over plain HTTP, readable on the way; use https\n", fs.Name(), u.Host)
 	}
 	return newRemote(u, token), nil
+}
+
+// daemonRoute returns the route of the daemon's that a --server URL's
+// path names (/mcp, /v1/…, /metrics, /healthz or /readyz), as its last
+// part or from /v1 on, or "" if none: the path of a URL that names the
+// daemon behind a proxy's prefix, such as https://example.com/writerd,
+// names none.
+func daemonRoute(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if slices.Contains(parts, "v1") {
+		return "/v1/…"
+	}
+	switch last := parts[len(parts)-1]; last {
+	case "mcp", "metrics", "healthz", "readyz":
+		return "/" + last
+	}
+	return ""
 }
 
 // loopbackHost reports whether a URL's host is localhost or a loopback IP.
@@ -575,11 +596,14 @@ func cell(s string) string {
 }
 
 // table prints aligned columns. It keeps the widest cell of each column
-// seen so far, so that rows printed later (tail --follow) line up with
-// the earlier ones unless they are wider.
+// seen so far; once fixed, it keeps the widths as they are, and a longer
+// cell (but the first column's and the last's) is cut to its column's
+// width, ending in …, so that rows printed later (tail --follow) line up
+// with the header and the earlier rows.
 type table struct {
 	w      io.Writer
 	widths []int
+	fixed  bool
 }
 
 // rows prints rows, each padded to the column widths; the last column is
@@ -590,16 +614,22 @@ func (t *table) rows(rows ...[]string) {
 			if i >= len(t.widths) {
 				t.widths = append(t.widths, 0)
 			}
-			t.widths[i] = max(t.widths[i], len([]rune(c)))
+			if !t.fixed || t.widths[i] == 0 {
+				t.widths[i] = max(t.widths[i], len([]rune(c)))
+			}
 		}
 	}
 	var b strings.Builder
 	for _, r := range rows {
 		b.Reset()
 		for i, c := range r {
+			last := i == len(r)-1
+			if n := t.widths[i]; t.fixed && i > 0 && !last && len([]rune(c)) > n {
+				c = string([]rune(c)[:n-1]) + "…"
+			}
 			b.WriteString(c)
-			if i < len(r)-1 {
-				b.WriteString(strings.Repeat(" ", t.widths[i]-len([]rune(c))+2))
+			if !last {
+				b.WriteString(strings.Repeat(" ", max(0, t.widths[i]-len([]rune(c)))+2))
 			}
 		}
 		b.WriteByte('\n')

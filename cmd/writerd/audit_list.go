@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // auditList is writerd audit list: events that pass filters, a page at a
@@ -31,6 +34,13 @@ filters combine. --since and --until take a time in RFC 3339
 2h, 7d (that long before now); --since includes its time, --until does
 not. --target matches an event that names the entity id among its targets.
 
+Each filter takes one value; a comma list is refused (run list once for
+each value). The values are checked before the log is read: --tool takes a
+write tool (read tools, such as get_record, leave no audit event), --code
+the code of a failed write, as its flag below lists them (the other codes
+of the catalogue refuse a call before its write runs, and leave no
+event), --outcome ok or failed.
+
 The table shows each event's sequence number, time (UTC, to the second),
 tool, principal, outcome, failure code, idempotency key and targets (kind,
 id and revision; the first three of a longer list). Text from the log that
@@ -45,7 +55,8 @@ with ages written as the times they meant; -o json carries the cursor as
 
 Examples:
 
-	# The last 50 events of a stopped daemon's data directory, as a table:
+	# The oldest 50 events of a stopped daemon's data directory, as a table
+	# (the command for the next 50 goes to stderr; tail prints the newest):
 	writerd audit list --data /var/lib/writerd
 
 	# Failed writes of the last two hours, by one agent:
@@ -79,22 +90,75 @@ func defineFilters(fs *flagSet, f *auditlog.Filter, now time.Time) {
 	fs.takes("since", whenForm)
 	fs.Var(whenValue{&f.Until, now}, "until", "events before this `time`: RFC 3339, a date, or an age such as 30m")
 	fs.takes("until", whenForm)
-	fs.StringVar(&f.Tool, "tool", "", "events of this `tool`, such as create_record")
+	fs.StringVar(&f.Tool, "tool", "", "events of this write `tool`, such as create_record")
 	fs.StringVar(&f.Principal, "principal", "", "events of this `principal`: the caller, a token's name")
 	fs.Var(choiceValue{v: &f.Outcome, choices: []string{auditlog.OK, auditlog.Failed}, optional: true}, "outcome", "events of this `outcome`: ok or failed")
 	fs.takes("outcome", "ok or failed")
-	fs.StringVar(&f.Code, "code", "", "failed events of this error `code`, such as REVISION_CONFLICT")
+	fs.StringVar(&f.Code, "code", "", "failed events of this error `code`: "+orList(auditedCodes()))
 	fs.StringVar(&f.Key, "key", "", "events of this idempotency `key`")
 	fs.StringVar(&f.Target, "target", "", "events that name this entity `id` among their targets")
 	fs.StringVar(&f.RequestID, "request-id", "", "the event of this request `id`")
 }
 
-// checkFilters refuses filters that cannot match anything by mistake.
+// checkFilters refuses filters that cannot match anything by mistake: a
+// tool that is not a write tool, a code no failed write's event carries, a
+// list where one value goes, a window that is empty.
 func checkFilters(fs *flagSet, f auditlog.Filter) error {
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		return fs.fail("%s is not before %s: no event can match", fs.label("since"), fs.label("until"))
 	}
+	if f.Tool != "" {
+		write, read := auditTools()
+		switch {
+		case strings.Contains(f.Tool, ","):
+			return fs.fail("%s takes one tool, not a list: the filters take one value each; run list once for each tool", fs.label("tool"))
+		case slices.Contains(read, f.Tool):
+			return fs.fail("%s %s names a read tool, and read tools leave no audit event: give a write tool, %s", fs.label("tool"), f.Tool, orList(write))
+		case !slices.Contains(write, f.Tool):
+			return fs.fail("%s takes a write tool: %s", fs.label("tool"), orList(write))
+		}
+	}
+	if f.Code != "" {
+		audited := auditedCodes()
+		switch {
+		case strings.Contains(f.Code, ","):
+			return fs.fail("%s takes one code, not a list: the filters take one value each; run list once for each code", fs.label("code"))
+		case slices.Contains(pipeline.Codes(), pipeline.Code(f.Code)) && !slices.Contains(audited, f.Code):
+			return fs.fail("%s %s is a code no audit event carries (a call refused with it writes none): give the code of a failed write, %s", fs.label("code"), f.Code, orList(audited))
+		case !slices.Contains(audited, f.Code):
+			return fs.fail("%s takes the code of a failed write: %s", fs.label("code"), orList(audited))
+		case f.Outcome == auditlog.OK:
+			return fs.fail("%s selects failed events, and %s selects events without a code: no event can match", fs.label("code"), fs.label("outcome")+" ok")
+		}
+	}
 	return nil
+}
+
+// auditTools returns the names of the tools whose calls the audit log
+// records, the write tools (built in, and any this build adds), and of
+// those whose calls it does not, the read tools.
+func auditTools() (write, read []string) {
+	tools := handlers.Tools()
+	if extraTools != nil {
+		tools = append(tools, extraTools()...)
+	}
+	for _, t := range tools {
+		if t.ReadOnly {
+			read = append(read, t.Name)
+		} else {
+			write = append(write, t.Name)
+		}
+	}
+	return write, append(read, pipeline.OutcomeToolName)
+}
+
+// auditedCodes returns the codes a failed write's audit event can carry.
+func auditedCodes() []string {
+	var codes []string
+	for _, c := range pipeline.AuditedCodes() {
+		codes = append(codes, string(c))
+	}
+	return codes
 }
 
 // Run lists a page of events.

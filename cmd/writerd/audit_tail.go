@@ -28,7 +28,14 @@ const auditTailUsage = `usage: writerd audit tail [--server URL | --data DIR | -
 
 Prints the newest -n events, oldest first, as list's table or as JSON
 Lines. With --follow it then keeps printing new events as they are
-appended, looking every second, until interrupted (Ctrl-C).
+appended, looking every second, until interrupted (Ctrl-C); -n 0 --follow
+prints no past event, only the header and then the new ones.
+
+With --follow the table's columns keep the widths they start with (wide
+enough for every tool and code, a principal of 16 characters and a key of
+28), so that the rows printed later line up with the header: a longer
+principal, key or other cell is cut, ending in …; -o jsonl, list and show
+print every value whole.
 
 A data directory can be read only while no daemon holds it, so there
 --follow sees the events of daemons that ran and stopped (such as one
@@ -44,6 +51,9 @@ Examples:
 	# The last 100 events as JSON Lines:
 	writerd audit tail --data /var/lib/writerd -n 100 -o jsonl
 
+	# Only the events from now on:
+	writerd audit tail --server http://127.0.0.1:7070 -n 0 --follow
+
 Flags:
 `
 
@@ -51,8 +61,8 @@ func (c *auditTail) flags() *flagSet {
 	fs := newFlagSet("writerd audit tail", auditTailUsage, c.Stdout, c.Stderr)
 	c.from.define(fs, false, false)
 	c.n = 10
-	fs.Var(positiveValue{&c.n}, "n", "print the newest this many `events`")
-	fs.takes("n", "a positive number of events, such as 10")
+	fs.Var(countValue{&c.n}, "n", "print the newest this many `events` (0 with --follow: only new ones)")
+	fs.takes("n", "a number of events, such as 10, or 0 with --follow for only new ones")
 	fs.BoolVar(&c.follow, "follow", false, "keep printing new events as they come, until interrupted")
 	outputFlag(fs, &c.output, "table", "jsonl")
 	return fs
@@ -67,6 +77,9 @@ func (c *auditTail) Run(ctx context.Context, args []string) error {
 	if err := parseAudit(fs, args); err != nil {
 		return err
 	}
+	if c.n == 0 && !c.follow {
+		return fs.fail("-n 0 prints no event: give a positive number, such as 10, or --follow to print only the new events")
+	}
 	src, err := c.from.open(ctx)
 	if err != nil {
 		return err
@@ -80,13 +93,19 @@ func (c *auditTail) Run(ctx context.Context, args []string) error {
 	if size > uint64(c.n) {
 		after = size - uint64(c.n)
 	}
-	events, _, err := src.List(ctx, auditlog.Filter{}, after, c.n)
-	if err != nil {
-		return err
+	var events []*auditlog.Event
+	if c.n > 0 {
+		if events, _, err = src.List(ctx, auditlog.Filter{}, after, c.n); err != nil {
+			return err
+		}
 	}
 	t := &table{w: c.Stdout}
+	if c.follow {
+		t.widths = followWidths()
+	}
 	if c.output == "table" {
 		t.rows(append([][]string{eventHeader}, eventRows(events)...)...)
+		t.fixed = c.follow
 	} else if err := writeEventLines(c.Stdout, events); err != nil {
 		return err
 	}
@@ -146,4 +165,20 @@ func (c *auditTail) print(t *table, events []*auditlog.Event) error {
 	}
 	t.rows(eventRows(events)...)
 	return nil
+}
+
+// followWidths are the least widths of tail --follow's columns, which keep
+// the widths they start with: sequence numbers to 99,999,999, every write
+// tool and audited code, a principal of 16 characters and a key of 28.
+func followWidths() []int {
+	write, _ := auditTools()
+	tool, code := 0, 0
+	for _, n := range write {
+		tool = max(tool, len(n))
+	}
+	for _, c := range auditedCodes() {
+		code = max(code, len(c))
+	}
+	// SEQ, TIME, TOOL, PRINCIPAL, OUTCOME, CODE, KEY, TARGETS
+	return []int{8, len("2006-01-02T15:04:05Z"), tool, 16, len(auditlog.Failed), code, 28, 0}
 }

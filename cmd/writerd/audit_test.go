@@ -282,11 +282,11 @@ const (
 	auditUsageLine      = "usage: writerd audit <command> [--server URL | --data DIR | --store URL] [flags]"
 	auditListUsageLine  = "usage: writerd audit list [--server URL | --data DIR | --store URL] [filters] [--limit N] [--after CURSOR] [-o table|json|jsonl]"
 	auditShowUsageLine  = "usage: writerd audit show ID|SEQ [--server URL | --data DIR | --store URL] [--key KEY] [-o table|json]"
-	auditVerifyUsageLn  = "usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]... [--witness VKEY... [--quorum N]]"
+	auditVerifyUsageLn  = "usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]... [--witness VKEY... [--quorum N]] [-o text|json]"
 	auditExportUsageLn  = "usage: writerd audit export [--server URL | --data DIR | --store URL] [--from SEQ] [-o FILE]"
 	auditTailUsageLine  = "usage: writerd audit tail [--server URL | --data DIR | --store URL] [-n 10] [--follow] [-o table|jsonl]"
-	auditKeyUsageLine   = "usage: writerd audit key [--server URL | --data DIR [--audit-key FILE] | --store URL --audit-key FILE]"
-	auditCheckUsageLine = "usage: writerd audit checkpoint [--server URL [--now] | --data DIR | --store URL]"
+	auditKeyUsageLine   = "usage: writerd audit key [--server URL | --data DIR [--audit-key FILE] | --store URL --audit-key FILE] [-o text|json]"
+	auditCheckUsageLine = "usage: writerd audit checkpoint [--server URL [--now] | --data DIR | --store URL] [-o text|json]"
 	auditPublishUsageLn = "usage: writerd audit publish --dir DIR [--server URL | --data DIR | --store URL] [--key KEY]"
 )
 
@@ -347,7 +347,8 @@ func TestAudit_HelpAndUsageErrors(t *testing.T) {
 		{"an audit key with a server", []string{"audit", "show", "1", "--server", "http://127.0.0.1:1", "--audit-key", "/tmp/k"}, 2, auditShowUsageLine, "writerd audit show: --audit-key reads a data directory's key file; with --server the log's key comes from the daemon, or give --key"},
 		{"verify an export and a directory", []string{"audit", "verify", "--export", "/tmp/e.jsonl", "--data", missing}, 2, auditVerifyUsageLn, "writerd audit verify: --export verifies a file offline, so it takes no --data"},
 		{"export from zero", []string{"audit", "export", "--from", "0"}, 2, auditExportUsageLn, "writerd audit export: --from takes a sequence number, from 1"},
-		{"tail of none", []string{"audit", "tail", "-n", "0"}, 2, auditTailUsageLine, "writerd audit tail: -n takes a positive number of events, such as 10"},
+		{"tail of none", []string{"audit", "tail", "-n", "0"}, 2, auditTailUsageLine, "writerd audit tail: -n 0 prints no event: give a positive number, such as 10, or --follow to print only the new events"},
+		{"tail of fewer than none", []string{"audit", "tail", "-n", "-1", "--follow"}, 2, auditTailUsageLine, "writerd audit tail: -n takes a number of events, such as 10, or 0 with --follow for only new ones"},
 		{"tail as json", []string{"audit", "tail", "-o", "json"}, 2, auditTailUsageLine, "writerd audit tail: -o takes table or jsonl"},
 		{"key with --key", []string{"audit", "key", "--key", "x"}, 2, auditKeyUsageLine, "writerd audit key: unknown flag -key"},
 	}
@@ -372,18 +373,18 @@ func TestAuditList_Filters(t *testing.T) { eachStore(t, testAuditListFilters) }
 func testAuditListFilters(t *testing.T, kind storeKind) {
 	now := time.Now()
 	seeded := mustSeedLog(t, kind, now, []seeded{
-		{240 * time.Hour, "create_widget", "alice", "ok", "", "k-alice-0001", []auditlog.Target{widget("W1", 1)}},
-		{216 * time.Hour, "create_widget", "bob", "ok", "", "k-bob-00001", []auditlog.Target{widget("W2", 1)}},
-		{192 * time.Hour, "update_widget", "alice", "failed", "REVISION_CONFLICT", "k-alice-0002", []auditlog.Target{widget("W1", 1)}},
-		{144 * time.Hour, "update_widget", "alice", "ok", "", "k-alice-0003", []auditlog.Target{widget("W1", 2)}},
-		{72 * time.Hour, "create_gadget", "carol", "ok", "", "k-carol-0001", []auditlog.Target{gadget("G1", 1)}},
-		{48 * time.Hour, "delete_widget", "bob", "failed", "NOT_FOUND", "k-bob-00002", []auditlog.Target{widget("W9", 0)}},
-		{24 * time.Hour, "update_widget", "bob", "ok", "", "k-bob-00003", []auditlog.Target{widget("W2", 2), gadget("G1", 2)}},
-		{5 * time.Hour, "update_widget", "alice", "failed", "RECORD_LOCKED", "k-alice-0004", []auditlog.Target{widget("W2", 2)}},
-		{3 * time.Hour, "delete_widget", "carol", "ok", "", "k-carol-0002", []auditlog.Target{widget("W1", 3)}},
-		{90 * time.Minute, "create_widget", "alice", "ok", "", "k-alice-0005", []auditlog.Target{widget("W3", 1)}},
-		{40 * time.Minute, "update_widget", "carol", "failed", "REVISION_CONFLICT", "k-carol-0003", []auditlog.Target{widget("W3", 1)}},
-		{10 * time.Minute, "create_gadget", "bob", "ok", "", "k-bob-00004", []auditlog.Target{gadget("G2", 1)}},
+		{240 * time.Hour, "create_project", "alice", "ok", "", "k-alice-0001", []auditlog.Target{widget("W1", 1)}},
+		{216 * time.Hour, "create_project", "bob", "ok", "", "k-bob-00001", []auditlog.Target{widget("W2", 1)}},
+		{192 * time.Hour, "update_record", "alice", "failed", "REVISION_CONFLICT", "k-alice-0002", []auditlog.Target{widget("W1", 1)}},
+		{144 * time.Hour, "update_record", "alice", "ok", "", "k-alice-0003", []auditlog.Target{widget("W1", 2)}},
+		{72 * time.Hour, "create_record", "carol", "ok", "", "k-carol-0001", []auditlog.Target{gadget("G1", 1)}},
+		{48 * time.Hour, "delete_record", "bob", "failed", "NOT_FOUND", "k-bob-00002", []auditlog.Target{widget("W9", 0)}},
+		{24 * time.Hour, "update_record", "bob", "ok", "", "k-bob-00003", []auditlog.Target{widget("W2", 2), gadget("G1", 2)}},
+		{5 * time.Hour, "update_record", "alice", "failed", "RECORD_LOCKED", "k-alice-0004", []auditlog.Target{widget("W2", 2)}},
+		{3 * time.Hour, "delete_record", "carol", "ok", "", "k-carol-0002", []auditlog.Target{widget("W1", 3)}},
+		{90 * time.Minute, "create_project", "alice", "ok", "", "k-alice-0005", []auditlog.Target{widget("W3", 1)}},
+		{40 * time.Minute, "update_record", "carol", "failed", "REVISION_CONFLICT", "k-carol-0003", []auditlog.Target{widget("W3", 1)}},
+		{10 * time.Minute, "create_record", "bob", "ok", "", "k-bob-00004", []auditlog.Target{gadget("G2", 1)}},
 	}, 8, 12)
 	tok := mustAuditTokens(t)
 	d := MustStartHTTP(t, httpConfig{store: mustShare(t, seeded), tokens: tok.file})
@@ -396,7 +397,7 @@ func testAuditListFilters(t *testing.T, kind storeKind) {
 		want []uint64
 	}{
 		{"none", nil, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}},
-		{"tool", []string{"--tool", "update_widget"}, []uint64{3, 4, 7, 8, 11}},
+		{"tool", []string{"--tool", "update_record"}, []uint64{3, 4, 7, 8, 11}},
 		{"principal", []string{"--principal", "alice"}, []uint64{1, 3, 4, 8, 10}},
 		{"outcome failed", []string{"--outcome", "failed"}, []uint64{3, 6, 8, 11}},
 		{"outcome ok", []string{"--outcome", "ok"}, []uint64{1, 2, 4, 5, 7, 9, 10, 12}},
@@ -413,10 +414,10 @@ func testAuditListFilters(t *testing.T, kind storeKind) {
 		{"until a time", []string{"--until", now.Add(-100 * time.Hour).Format(time.RFC3339Nano)}, []uint64{1, 2, 3, 4}},
 		{"a window of ages", []string{"--since", "50h", "--until", "2h"}, []uint64{6, 7, 8, 9}},
 		{"principal and outcome", []string{"--principal", "alice", "--outcome", "failed"}, []uint64{3, 8}},
-		{"tool, outcome and an age", []string{"--tool", "update_widget", "--outcome", "ok", "--since", "7d"}, []uint64{4, 7}},
+		{"tool, outcome and an age", []string{"--tool", "update_record", "--outcome", "ok", "--since", "7d"}, []uint64{4, 7}},
 		{"principal and target", []string{"--principal", "bob", "--target", "W2"}, []uint64{2, 7}},
 		{"code, principal and an age", []string{"--code", "REVISION_CONFLICT", "--principal", "carol", "--since", "1h"}, []uint64{11}},
-		{"every filter", []string{"--since", "6h", "--until", "4h", "--tool", "update_widget", "--principal", "alice", "--outcome", "failed",
+		{"every filter", []string{"--since", "6h", "--until", "4h", "--tool", "update_record", "--principal", "alice", "--outcome", "failed",
 			"--code", "RECORD_LOCKED", "--key", "k-alice-0004", "--target", "W2", "--request-id", "req-08"}, []uint64{8}},
 		{"one filter of several misses", []string{"--principal", "alice", "--code", "NOT_FOUND"}, []uint64{}},
 		{"no such principal", []string{"--principal", "dave"}, []uint64{}},

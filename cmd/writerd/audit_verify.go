@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,9 +28,10 @@ type auditVerify struct {
 	witnesses listFlag
 	quorum    int
 	export    string
+	output    string
 }
 
-const auditVerifyUsage = `usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]... [--witness VKEY... [--quorum N]]
+const auditVerifyUsage = `usage: writerd audit verify [--server URL | --data DIR | --store URL | --export FILE] [--key KEY] [--against FILE]... [--witness VKEY... [--quorum N]] [-o text|json]
 
 Recomputes the log's Merkle tree from its events alone and checks it: the
 events are numbered densely from 1, each in its place and unchanged since
@@ -62,6 +64,26 @@ summary line; the command exits 1 on any problem, else 0:
 
 While stderr is a terminal, a progress line counts the events read.
 
+-o json prints one JSON document instead, with the same exit code:
+
+  {"ok":true,"from":1,"events":1200,"checkpoints":2,"checkpoints_given":2,
+   "root":"8cX3…=","key":"writerd/5a0f…+3c2b19d0",
+   "problems":[{"kind":"edited","seq":7,"last":0,"detail":"…"}],
+   "extends":[1200],"unsigned":{"from":1201,"to":1210},
+   "rests_on":{"on":"witnesses","size":1200,"witnesses":2,"text":"rests on: …"}}
+
+ok is whether the log verified; from and events the first and last event
+checked; checkpoints those whose signature and root verified, of
+checkpoints_given; root the tree's root (base64) and key the verifier key's
+name and hash; problems each problem (kind: edited, missing, reordered,
+malformed, bad_signature, not_extension or unwitnessed; seq the first bad
+sequence number, 0 for a saved checkpoint's or the witnesses'; last the
+range's end, 0 for one event), [] if none; extends the sizes of the saved
+checkpoints the log extends; unsigned the events no checkpoint covers yet,
+null if none; rests_on what the result rests on (on: key, checkpoint or
+witnesses; size the trusted checkpoint's, 0 for the key alone), and the
+text line. Only when ok are extends, unsigned and rests_on filled in.
+
 From a data directory, every event is checked; from a daemon, the events
 the latest checkpoint covers (its export). Events after the latest
 checkpoint are named on a line of their own: no signature covers them yet.
@@ -88,6 +110,9 @@ Examples:
 	writerd audit verify --server http://127.0.0.1:7070 --key writerd.vkey \
 		--witness witness-a.vkey --witness witness-b.vkey --witness witness-c.vkey --quorum 2
 
+	# The result for a script:
+	writerd audit verify --data /var/lib/writerd --key writerd.vkey -o json | jq .ok
+
 Flags:
 `
 
@@ -98,6 +123,7 @@ func (c *auditVerify) flags() *flagSet {
 	fs.Var(&c.witnesses, "witness", "trust a checkpoint this witness cosigned: its verifier `key` (c2sp.org/tlog-cosignature), or a file holding it (once for each witness)")
 	fs.IntVar(&c.quorum, "quorum", 0, "how many of the --witness keys must have cosigned a checkpoint (default: all of them)")
 	fs.StringVar(&c.export, "export", "", "verify the export in this `file` (writerd audit export), offline: no --server or --data")
+	outputFlag(fs, &c.output, "text", "json")
 	return fs
 }
 
@@ -236,6 +262,9 @@ var problemKinds = map[string]string{
 // report prints the problems, the summary line and the notes, and returns
 // errProblems if there was a problem.
 func (c *auditVerify) report(v *auditlog.Verification, in auditlog.Input, key note.Verifier, size uint64) error {
+	if c.output == "json" {
+		return c.reportJSON(v, in, key, size)
+	}
 	w := c.Stdout
 	for _, p := range v.Problems {
 		kind := problemKinds[p.Kind]
@@ -288,6 +317,88 @@ func (c *auditVerify) report(v *auditlog.Verification, in auditlog.Input, key no
 	}
 	fmt.Fprintf(w, "verified %s against %s; root %s; key %s\n", events, count(v.Checkpoints, "checkpoint"), base64.StdEncoding.EncodeToString(v.Root[:]), keyName(key))
 	fmt.Fprintln(w, restsOn(v, in, size))
+	return nil
+}
+
+// verifyJSON is verify -o json's document; the usage describes its
+// members, whose names do not change.
+type verifyJSON struct {
+	OK               bool            `json:"ok"`
+	From             uint64          `json:"from"`
+	Events           uint64          `json:"events"`
+	Checkpoints      int             `json:"checkpoints"`
+	CheckpointsGiven int             `json:"checkpoints_given"`
+	Root             string          `json:"root"`
+	Key              string          `json:"key"`
+	Problems         []problemJSON   `json:"problems"`
+	Extends          []uint64        `json:"extends"`
+	Unsigned         *eventRangeJSON `json:"unsigned"`
+	RestsOn          *restsOnJSON    `json:"rests_on"`
+}
+
+type problemJSON struct {
+	Kind   string `json:"kind"`
+	Seq    uint64 `json:"seq"`
+	Last   uint64 `json:"last"`
+	Detail string `json:"detail"`
+}
+
+type eventRangeJSON struct {
+	From uint64 `json:"from"`
+	To   uint64 `json:"to"`
+}
+
+type restsOnJSON struct {
+	On        string `json:"on"` // key, checkpoint or witnesses
+	Size      uint64 `json:"size"`
+	Witnesses int    `json:"witnesses"`
+	Text      string `json:"text"`
+}
+
+// reportJSON prints what report prints as one JSON document, and returns
+// errProblems if there was a problem.
+func (c *auditVerify) reportJSON(v *auditlog.Verification, in auditlog.Input, key note.Verifier, size uint64) error {
+	doc := verifyJSON{
+		OK: v.OK(), From: in.Prefix.Size + 1, Events: v.Events, Checkpoints: v.Checkpoints, CheckpointsGiven: len(in.Checkpoints),
+		Root: base64.StdEncoding.EncodeToString(v.Root[:]), Key: keyName(key), Problems: []problemJSON{}, Extends: []uint64{},
+	}
+	for _, p := range v.Problems {
+		doc.Problems = append(doc.Problems, problemJSON{Kind: p.Kind, Seq: p.Seq, Last: p.Last, Detail: p.Detail})
+	}
+	if doc.OK {
+		latest := uint64(0)
+		for _, s := range in.Checkpoints {
+			if cp, err := auditlog.ParseSigned(s); err == nil {
+				latest = max(latest, cp.Size)
+			}
+		}
+		for _, a := range in.Against {
+			if cp, err := auditlog.ParseSigned(a); err == nil {
+				doc.Extends = append(doc.Extends, cp.Size)
+			}
+		}
+		if size > latest {
+			doc.Unsigned = &eventRangeJSON{From: latest + 1, To: size}
+		}
+		r := &restsOnJSON{On: "key", Text: restsOn(v, in, size)}
+		switch {
+		case v.Witnessed > 0 && v.Witnessed >= v.Pinned:
+			r.On, r.Size, r.Witnesses = "witnesses", v.Witnessed, in.Quorum
+		case v.Pinned > 0:
+			r.On, r.Size = "checkpoint", v.Pinned
+		}
+		doc.RestsOn = r
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Stdout.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if !doc.OK {
+		return errProblems
+	}
 	return nil
 }
 

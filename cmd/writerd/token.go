@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ type TokenCommand struct {
 	tokensFile string
 	name       string
 	scopes     pipeline.Scope
+	output     string
 }
 
 const tokenUsage = `usage: writerd token new|list|revoke --tokens FILE [flags]
@@ -90,14 +92,21 @@ Examples:
 Flags:
 `
 
-const tokenListUsage = `usage: writerd token list --tokens FILE
+const tokenListUsage = `usage: writerd token list --tokens FILE [-o table|json]
 
 Lists the tokens in the tokens file, one a line: the name, the scopes and
-when it was made (UTC). The hashes are not shown.
+when it was made (UTC). The hashes are not shown. -o json prints one JSON
+document instead, the tokens in the same order, each with the same three
+members:
 
-Example:
+  {"tokens":[{"name":"claude-code","scopes":["read","write"],"created":"2026-11-30T06:00:00Z"}]}
+
+Examples:
 
 	writerd token list --tokens ~/.config/writerd/tokens.json
+
+	# The names of the tokens that may read the audit log:
+	writerd token list --tokens ~/.config/writerd/tokens.json -o json | jq -r '.tokens[] | select(.scopes | index("audit")) | .name'
 
 Flags:
 `
@@ -122,23 +131,25 @@ var tokenCommands = map[string]struct {
 	usage string
 	name  bool // takes --name
 	new   bool // takes --scopes
+	list  bool // takes -o
 }{
-	"new":    {tokenNewUsage, true, true},
-	"list":   {tokenListUsage, false, false},
-	"revoke": {tokenRevokeUsage, true, false},
+	"new":    {tokenNewUsage, true, true, false},
+	"list":   {tokenListUsage, false, false, true},
+	"revoke": {tokenRevokeUsage, true, false, false},
 }
 
 // flags returns the flags of writerd token as a whole, for its usage.
 func (c *TokenCommand) flags() *flagSet {
 	fs := newFlagSet("writerd token", tokenUsage, c.Stdout, c.Stderr)
-	c.define(fs, true, true)
+	c.define(fs, true, true, true)
 	fs.Lookup("name").Usage += " (new and revoke)"
 	fs.Lookup("scopes").Usage += " (new only)"
+	fs.Lookup("o").Usage += " (list only)"
 	return fs
 }
 
-// define defines --tokens, and --name and --scopes if asked for.
-func (c *TokenCommand) define(fs *flagSet, name, scopes bool) {
+// define defines --tokens, and --name, --scopes and -o if asked for.
+func (c *TokenCommand) define(fs *flagSet, name, scopes, output bool) {
 	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file`, required: an absolute path, or one starting with ~/")
 	if name {
 		fs.StringVar(&c.name, "name", "", "the token's `name`, required: the principal its calls act as, 1 to 128 printable ASCII characters without spaces")
@@ -147,6 +158,9 @@ func (c *TokenCommand) define(fs *flagSet, name, scopes bool) {
 		c.scopes = pipeline.ScopeRead | pipeline.ScopeWrite
 		fs.Var(scopesValue{&c.scopes}, "scopes", "the token's `scopes`, separated by commas: read, write, audit, admin")
 		fs.takes("scopes", "read, write, audit or admin, separated by commas, such as read,write")
+	}
+	if output {
+		outputFlag(fs, &c.output, "table", "json")
 	}
 }
 
@@ -161,7 +175,7 @@ func (c *TokenCommand) Run(_ context.Context, args []string) error {
 		if len(args) == 2 {
 			if sub, ok := tokenCommands[args[1]]; ok {
 				fs := newFlagSet("writerd token "+args[1], sub.usage, c.Stdout, c.Stderr)
-				c.define(fs, sub.name, sub.new)
+				c.define(fs, sub.name, sub.new, sub.list)
 				fs.printUsage(c.Stdout)
 				return flag.ErrHelp
 			}
@@ -180,7 +194,7 @@ func (c *TokenCommand) Run(_ context.Context, args []string) error {
 		return top.fail("unknown command %q: new, list or revoke", args[0])
 	}
 	fs := newFlagSet("writerd token "+args[0], sub.usage, c.Stdout, c.Stderr)
-	c.define(fs, sub.name, sub.new)
+	c.define(fs, sub.name, sub.new, sub.list)
 	if err := fs.parse(args[1:]); err != nil {
 		return err
 	}
@@ -234,12 +248,40 @@ func (c *TokenCommand) list(path string) error {
 	for _, w := range tokens.Warnings() {
 		fmt.Fprintf(c.Stderr, "writerd token list: warning: %s\n", w)
 	}
+	if c.output == "json" {
+		doc := tokenListJSON{Tokens: []tokenJSON{}}
+		for _, e := range tokens.Entries() {
+			scopes := auth.ScopeNames(e.Scopes)
+			if scopes == nil {
+				scopes = []string{}
+			}
+			doc.Tokens = append(doc.Tokens, tokenJSON{Name: e.Name, Scopes: scopes, Created: e.CreatedAt.UTC().Format(time.RFC3339)})
+		}
+		b, err := json.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		_, err = c.Stdout.Write(append(b, '\n'))
+		return err
+	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSCOPES\tCREATED")
 	for _, e := range tokens.Entries() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Name, auth.FormatScopes(e.Scopes), e.CreatedAt.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
+}
+
+// tokenListJSON is token list -o json's document; the usage describes its
+// members, whose names do not change.
+type tokenListJSON struct {
+	Tokens []tokenJSON `json:"tokens"`
+}
+
+type tokenJSON struct {
+	Name    string   `json:"name"`
+	Scopes  []string `json:"scopes"`
+	Created string   `json:"created"` // RFC 3339, UTC, to the second
 }
 
 func (c *TokenCommand) revoke(path string) error {

@@ -12,7 +12,7 @@ import (
 const (
 	tokenUsageLine       = "usage: writerd token new|list|revoke --tokens FILE [flags]"
 	tokenNewUsageLine    = "usage: writerd token new --tokens FILE --name NAME [--scopes read,write]"
-	tokenListUsageLine   = "usage: writerd token list --tokens FILE"
+	tokenListUsageLine   = "usage: writerd token list --tokens FILE [-o table|json]"
 	tokenRevokeUsageLine = "usage: writerd token revoke --tokens FILE --name NAME"
 )
 

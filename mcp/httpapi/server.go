@@ -189,8 +189,18 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
+// notFound answers a path the server does not serve, naming every route
+// it does: the audit API's and the backup's only where they are served.
 func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
-	s.fail(w, r, pipeline.Errorf(pipeline.NotFound, "There is nothing at this path: writerd serves /mcp, POST /v1/tools/{tool}, /metrics, /healthz and /readyz."))
+	routes := "/mcp, POST /v1/tools/{tool}"
+	if s.cfg.Audit != nil {
+		routes += ", the audit API under /v1/audit/ (GET /v1/audit/events, /v1/audit/events/{id}, /v1/audit/checkpoint, /v1/audit/checkpoints, /v1/audit/proof/consistency, /v1/audit/key, /v1/audit/export and /v1/audit/tlog/)"
+	}
+	if s.cfg.Backup != nil {
+		routes += ", GET /v1/admin/backup"
+	}
+	// The audit API's client knows this answer by its first words.
+	s.fail(w, r, pipeline.Errorf(pipeline.NotFound, auditapi.NotServed+": writerd serves %s, GET /metrics, GET /healthz and GET /readyz.", routes))
 }
 
 // refuse answers a request the edge turned away, counted as a transport
