@@ -11,12 +11,10 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -539,37 +537,13 @@ func TestBackup_Usage(t *testing.T) {
 	mustHoldOnly(t, dir)
 }
 
-// readmeBackupBlock returns the shell block of README.md's "Backing up",
-// or "" if the README has no such section yet.
-func readmeBackupBlock(t testing.TB) string {
-	t.Helper()
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(b), "\n## Backing up\n")
-	if !ok {
-		return ""
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	_, block, ok := strings.Cut(section, "```sh\n")
-	if !ok {
-		t.Fatal(`README.md's "Backing up" has no shell block`)
-	}
-	block, _, _ = strings.Cut(block, "```")
-	return block
-}
-
 // Ensure the shell block of README.md's "Backing up" runs as it is
 // written, with its directories, the port and the home directory replaced
 // by the test's own and writerd the binary under test: the backup while
 // the daemon serves, its check and verify, and the restore, after which
 // the daemon serves what the backup held and not the write after it.
 func TestBackup_ReadmeBlock(t *testing.T) {
-	block := readmeBackupBlock(t)
-	if block == "" {
-		t.Fatal(`README.md has no "Backing up" section`)
-	}
+	block := readmeBlock(t, "## Backing up")
 	work := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -589,21 +563,11 @@ func TestBackup_ReadmeBlock(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-	cmd.Dir = work
-	var env []string
-	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(name, "XDG_") && !strings.HasPrefix(name, "WRITERD_") && name != "HOME" && name != "PATH" {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(env, "HOME="+home, "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the daemons it starts are its group's
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd := readmeShell(ctx, work, home, script, "-euo", "pipefail") // the daemons it starts are its group's
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever of its group is left, on failure
+	killGroup(cmd) // whatever of its group is left, on failure
 	if err != nil {
 		serveLog, _ := os.ReadFile(filepath.Join(work, "etc", "serve.log"))
 		t.Fatalf("the block failed: %v\nstdout:\n%s\nstderr:\n%s\nserve.log:\n%s", err, stdout.String(), stderr.String(), serveLog)

@@ -30,9 +30,9 @@ type transcriptStep struct {
 	output  []string
 }
 
-// readmeBlock returns the first shell block of README.md's section under
-// heading.
-func readmeBlock(t *testing.T, heading string) string {
+// readmeSection returns README.md's section under heading, up to the
+// next section of level 2.
+func readmeSection(t testing.TB, heading string) string {
 	t.Helper()
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -43,7 +43,14 @@ func readmeBlock(t *testing.T, heading string) string {
 		t.Fatalf("README.md has no %q", heading)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	_, block, ok := strings.Cut(section, "```sh\n")
+	return section
+}
+
+// readmeBlock returns the first shell block of README.md's section under
+// heading.
+func readmeBlock(t testing.TB, heading string) string {
+	t.Helper()
+	_, block, ok := strings.Cut(readmeSection(t, heading), "```sh\n")
 	if !ok {
 		t.Fatalf("README.md's %q has no shell block", heading)
 	}
@@ -51,19 +58,38 @@ func readmeBlock(t *testing.T, heading string) string {
 	return block
 }
 
+// readmeShell is bash running script in dir as a newcomer's shell would:
+// HOME is home, writerd on PATH is the binary under test, and no XDG_ or
+// WRITERD_ variable of the test's is set. It runs in a process group of
+// its own, killed when ctx ends; kill the group after Run with
+// killGroup, for the daemons a failed script left.
+func readmeShell(ctx context.Context, dir, home, script string, bashFlags ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "bash", append(bashFlags, "-c", script)...)
+	cmd.Dir = dir
+	var env []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(name, "XDG_") && !strings.HasPrefix(name, "WRITERD_") && name != "HOME" && name != "PATH" {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "HOME="+home, "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	return cmd
+}
+
+// killGroup kills what is left of cmd's process group.
+func killGroup(cmd *exec.Cmd) {
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
 // readmeTranscript returns the steps of the first block of README.md's
 // section under heading that holds a line starting with prefix+"$ ".
 func readmeTranscript(t *testing.T, heading, prefix string) []transcriptStep {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
-	if !ok {
-		t.Fatalf("README.md has no %q", heading)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := readmeSection(t, heading)
 	var steps []transcriptStep
 	started := false
 	for _, line := range strings.Split(section, "\n") {
@@ -203,21 +229,11 @@ stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.conf
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
-	cmd.Dir = work
-	var env []string
-	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(name, "XDG_") && !strings.HasPrefix(name, "WRITERD_") && name != "HOME" && name != "PATH" {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(env, "HOME="+home, "PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd := readmeShell(ctx, work, home, script.String())
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	killGroup(cmd)
 	if err != nil {
 		t.Fatalf("the transcripts' script: %v\n%s", err, out.String())
 	}
