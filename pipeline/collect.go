@@ -6,16 +6,29 @@ import (
 )
 
 // Run does the pipeline's background work until ctx ends: it collects
-// expired idempotency records every CollectEvery.
+// expired idempotency records every CollectEvery. A store that is
+// unavailable (closed, full, stopped by a disk error: the store says why
+// itself) is told once, as a warning, until a pass succeeds again; any
+// other failure is an error each time.
 func (p *Pipeline[D]) Run(ctx context.Context) error {
 	tick := time.NewTicker(p.cfg.CollectEvery)
 	defer tick.Stop()
+	unavailable := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if _, err := p.CollectKeys(ctx); err != nil {
+			_, err := p.CollectKeys(ctx)
+			switch {
+			case err == nil:
+				unavailable = false
+			case Public(err).Code == Unavailable:
+				if !unavailable {
+					p.log.Warn("collect expired idempotency keys", "cause", err.Error())
+				}
+				unavailable = true
+			default:
 				p.log.Error("collect expired idempotency keys", "cause", err.Error())
 			}
 		}
