@@ -183,7 +183,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		store.Close()
 		return nil, err
 	}
-	d.Tools = len(tools)
+	d.Tools = len(d.Pipeline.Tools()) // the outcome tool New registers included
 	if len(cfg.Witnesses) > 0 {
 		if cfg.WitnessQuorum < 0 || cfg.WitnessQuorum > len(cfg.Witnesses) {
 			store.Close()
