@@ -71,6 +71,29 @@ var errStateChanged = errors.New("auditlog: the stored tree changed while it was
 // leads reports whether this process may sign now.
 func (c *Checkpointer) leads(ctx context.Context) bool { return c.Lead == nil || c.Lead(ctx) }
 
+// stopLeadWait is how long a stopping checkpointer waits to lead, for the
+// last checkpoint.
+const stopLeadWait = time.Second
+
+// leadsAtStop reports whether this process leads, for the last checkpoint
+// of a clean stop, asking again for up to stopLeadWait: a process that ran
+// only a moment may not have led yet, and on a shared store the signer's
+// lock may still be held for a moment by the session of a process that
+// just ended (its server has not yet cleaned it up). A replica that does
+// not lead waits that long at its stop, and signs nothing.
+func (c *Checkpointer) leadsAtStop() bool {
+	deadline := time.Now().Add(stopLeadWait)
+	for {
+		if c.leads(context.Background()) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (c *Checkpointer) logger() *slog.Logger {
 	if c.Logger == nil {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -233,7 +256,7 @@ func (c *Checkpointer) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			// The context is gone; the last checkpoint still needs the store.
-			if c.Damaged() != nil || !c.leads(context.Background()) {
+			if c.Damaged() != nil || !c.leadsAtStop() {
 				return
 			}
 			if _, err := c.Sign(context.Background()); err != nil && c.Damaged() == nil {
