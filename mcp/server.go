@@ -64,19 +64,17 @@ func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 			Tools:   &sdk.ToolCapabilities{ListChanged: false},
 		},
 	})
+	h := handler(p, opts.Caller)
+	tools := map[string]bool{}
 	readOnly := map[string]bool{}
 	for _, t := range p.Tools() {
 		readOnly[t.Name] = t.ReadOnly
-	}
-	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered, toolsByScope(opts.Caller, readOnly)}, opts.Middleware...)...)
-	h := handler(p, opts.Caller)
-	tools := map[string]bool{}
-	for _, t := range p.Tools() {
 		srv.AddTool(toolOf(t), h)
 		// A tool with parameters in headers (x-mcp-header) has them
 		// checked by the SDK.
 		tools[t.Name] = !bytes.Contains(t.InputSchema, []byte("x-mcp-header"))
 	}
+	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered, toolsByScope(opts.Caller, readOnly)}, opts.Middleware...)...)
 	if !opts.DisableFastPath && len(opts.Middleware) == 0 {
 		versions := protocolsFrom(opts.MinProtocol)
 		if versions == nil {

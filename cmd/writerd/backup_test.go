@@ -351,20 +351,30 @@ func TestBackup_Scopes(t *testing.T) {
 	}
 }
 
-// Ensure --data backs up a store no daemon holds, and refuses clearly, at
-// once, one a daemon holds; and that no backup is written over a live
-// database.
-func TestBackup_DataDir(t *testing.T) {
+// mustBackupDaemon starts a daemon on a bbolt store of its own with
+// projects made over the direct API, each with description, and returns
+// the store, the daemon and a token with the admin scope.
+func mustBackupDaemon(t *testing.T, projects int, description string) (testStore, *httpDaemon, string) {
+	t.Helper()
 	ts := boltStores.make(t)
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	agent := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
 	admin := mustToken(t, tokens, "backup", pipeline.ScopeAdmin)
 	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens})
-	for i := range 5 {
-		if w := d.API(agent, "create_project", fmt.Sprintf("data-dir-%d", i), fmt.Sprintf(`{"name":"p%d"}`, i)); w.status != http.StatusCreated {
+	for i := range projects {
+		body := fmt.Sprintf(`{"name":"p%d","description":"%s"}`, i, description)
+		if w := d.API(agent, "create_project", fmt.Sprintf("project-%04d", i), body); w.status != http.StatusCreated {
 			t.Fatal(w.body)
 		}
 	}
+	return ts, d, admin
+}
+
+// Ensure --data backs up a store no daemon holds, and refuses clearly, at
+// once, one a daemon holds; and that no backup is written over a live
+// database.
+func TestBackup_DataDir(t *testing.T) {
+	ts, d, admin := mustBackupDaemon(t, 5, "")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "copy.db")
 	start := time.Now()
@@ -445,16 +455,7 @@ func cutProxy(t testing.TB, daemonURL string, keepLength bool, cut func([]byte) 
 // its Content-Length), a proxy that dropped the length and the end of
 // the body, and a body of the right length whose second half is zeros.
 func TestBackup_CutShort(t *testing.T) {
-	ts := boltStores.make(t)
-	tokens := filepath.Join(t.TempDir(), "tokens.json")
-	agent := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
-	admin := mustToken(t, tokens, "backup", pipeline.ScopeAdmin)
-	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens})
-	for i := range 50 {
-		if w := d.API(agent, "create_project", fmt.Sprintf("cut-short-%d", i), fmt.Sprintf(`{"name":"p%d","description":"%s"}`, i, strings.Repeat("x", 900))); w.status != http.StatusCreated {
-			t.Fatal(w.body)
-		}
-	}
+	_, d, admin := mustBackupDaemon(t, 50, strings.Repeat("x", 900))
 	half := func(b []byte) []byte { return b[:len(b)/2] }
 	for _, tc := range []struct {
 		name       string

@@ -123,6 +123,8 @@ var volatile = regexp.MustCompile(strings.Join([]string{
 	`"duration_ms":[0-9.]+`, `duration_ms:( +)[0-9.]+`, // durations
 }, "|"))
 
+var hexOnly = regexp.MustCompile(`^[0-9a-f]+$`)
+
 // lineMatcher is a regular expression matching line, volatile parts
 // allowed to differ.
 func lineMatcher(line string) *regexp.Regexp {
@@ -147,7 +149,7 @@ func lineMatcher(line string) *regexp.Regexp {
 			re.WriteString(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`)
 		case len(v) == 26 && strings.ToUpper(v) == v:
 			re.WriteString(`[0-9A-HJKMNP-TV-Z]{26}`)
-		case regexp.MustCompile(`^[0-9a-f]+$`).MatchString(v):
+		case hexOnly.MatchString(v):
 			re.WriteString(`[0-9a-f]{16,}`)
 		default:
 			re.WriteString(`[A-Za-z0-9+/]{40,}={0,2}`)
