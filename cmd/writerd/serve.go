@@ -353,7 +353,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
 	if ln != nil {
-		httpSrv = d.HTTPServer(daemon.HTTP{Authenticate: authn.middleware(d.Metrics), Caller: authn.caller, MaxBody: c.maxBody, AuditPublic: c.auditPub})
+		httpSrv = d.HTTPServer(daemon.HTTP{Authenticate: authn.middleware(d.Metrics), Caller: authn.caller, SignIn: authn.signIn, MaxBody: c.maxBody, AuditPublic: c.auditPub})
 		go func() { httpDone <- httpSrv.Serve(ln) }()
 		if authn.tokens != nil {
 			background.Go(func() { authn.reloadOnHangup(ctx, log) })

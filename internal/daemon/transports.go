@@ -23,6 +23,11 @@ type HTTP struct {
 	Authenticate func(http.Handler) http.Handler
 	// Caller reads the caller Authenticate put in a request's context.
 	Caller func(ctx context.Context) (pipeline.Caller, bool)
+	// SignIn tells the caller a bearer token stands for, as Authenticate
+	// would for a request carrying it: the audit console's sign-in takes a
+	// token once this way. The error is a *pipeline.Error whose message
+	// may be shown; it never holds the token.
+	SignIn func(ctx context.Context, token string) (pipeline.Caller, error)
 	// MaxBody caps a request's body; 0: httpapi.DefaultMaxBody.
 	MaxBody int64
 	// AuditPublic serves the audit log's tlog paths (the checkpoint and
