@@ -60,6 +60,9 @@ type Checkpointer struct {
 
 	damage   atomic.Pointer[DamageError]
 	verified atomic.Uint64 // the largest size verified
+	checkMu  sync.Mutex    // guards last and full, for LastCheck
+	last     SelfCheck     // the latest check, of any kind
+	full     SelfCheck     // the latest background pass over the whole log
 	wakeOnce sync.Once
 	wake     chan struct{}
 }
@@ -129,6 +132,50 @@ func (c *Checkpointer) Damaged() error {
 // whether it failed its check.
 func (c *Checkpointer) Verified() (size uint64, damaged bool) {
 	return c.verified.Load(), c.damage.Load() != nil
+}
+
+// SelfCheck is what one check of the log found: the start-up check, the
+// check before a checkpoint is signed, or the background pass over the
+// whole log.
+type SelfCheck struct {
+	// At is when the check ended; zero if there was none yet.
+	At time.Time
+	// Kind is CheckStart, CheckSign or CheckFull.
+	Kind string
+	// Size is the size of the tree the check reached: events 1 to Size
+	// verified (by the stored hashes up to the tree verified before, by
+	// their bytes after it; all of them by their bytes for CheckFull).
+	Size uint64
+	// Damage is what the check found wrong, nil if nothing.
+	Damage *DamageError
+}
+
+// The kinds of SelfCheck.
+const (
+	CheckStart = "start" // at start-up: the log extends the checkpoint last signed, the events after it verify
+	CheckSign  = "sign"  // before signing: the events since the tree last verified
+	CheckFull  = "full"  // the background pass over the whole log
+)
+
+// LastCheck returns the latest check of the log, of any kind, and the
+// latest background pass over the whole log (At zero for a check that
+// has not run yet in this process): what the audit console shows of the
+// daemon's check of its own log. It never waits for a check that runs.
+func (c *Checkpointer) LastCheck() (last, full SelfCheck) {
+	c.checkMu.Lock()
+	defer c.checkMu.Unlock()
+	return c.last, c.full
+}
+
+// checked records a check that ended.
+func (c *Checkpointer) checked(kind string, size uint64, d *DamageError) {
+	s := SelfCheck{At: time.Now(), Kind: kind, Size: size, Damage: d}
+	c.checkMu.Lock()
+	defer c.checkMu.Unlock()
+	c.last = s
+	if kind == CheckFull {
+		c.full = s
+	}
 }
 
 func (c *Checkpointer) sawVerified(size uint64) {
@@ -207,9 +254,12 @@ func (c *Checkpointer) start(ctx context.Context) error {
 	}
 	c.started, c.base, c.remembered = true, base, remembered
 	if damage != nil {
-		return c.fail(damage, false)
+		d := c.fail(damage, false)
+		c.checked(CheckStart, size, d)
+		return d
 	}
 	c.sawVerified(size)
+	c.checked(CheckStart, size, nil)
 	return nil
 }
 
@@ -336,9 +386,10 @@ func (c *Checkpointer) runChecks(ctx context.Context) {
 			c.logger().Warn("the background check of the audit log stopped; it runs again later", "cause", err.Error())
 			wait = min(every, time.Minute)
 		case damage != nil:
-			c.fail(damage, true)
+			c.checked(CheckFull, size, c.fail(damage, true))
 			return
 		default:
+			c.checked(CheckFull, size, nil)
 			c.logger().Info("audit log checked", "events", size, "took", time.Since(began).Round(time.Millisecond).String())
 		}
 	}
@@ -380,6 +431,7 @@ func (c *Checkpointer) signAt(ctx context.Context, target uint64) (bool, error) 
 	var root tlog.Hash
 	var damage *DamageError
 	skip := false
+	var reached uint64 // the size verified
 	err := c.Storage.View(ctx, func(r Reader) error {
 		size, err := r.Size()
 		if err != nil {
@@ -399,6 +451,7 @@ func (c *Checkpointer) signAt(ctx context.Context, target uint64) (bool, error) 
 		if err != nil {
 			return err
 		}
+		reached = to
 		if p != nil {
 			s := uint64(0)
 			if notExt {
@@ -417,8 +470,11 @@ func (c *Checkpointer) signAt(ctx context.Context, target uint64) (bool, error) 
 		return false, err
 	}
 	if damage != nil {
-		return false, c.fail(damage, true)
+		d := c.fail(damage, true)
+		c.checked(CheckSign, reached, d)
+		return false, d
 	}
+	c.checked(CheckSign, reached, nil)
 	if skip {
 		return false, nil
 	}

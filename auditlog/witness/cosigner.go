@@ -2,12 +2,15 @@ package witness
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -59,6 +62,95 @@ type Cosigner struct {
 	judged  uint64    // the latest size a round judged
 	notLead time.Time // Lead said no: not asked again before
 	bad     uint64    // the latest size logged as not verifying
+	// For Status: whether the last round that asked led, the
+	// cosignatures of the latest size judged, and the checkpoints found
+	// without their quorum.
+	leads   bool
+	have    int
+	without uint64
+	recent  []uint64
+	status  atomic.Pointer[Status]
+}
+
+// Status is what the cosigner knows of the witnesses, as its last round
+// left it: for the audit console, which must not wait for a round that
+// waits for a witness.
+type Status struct {
+	// Leads reports whether this process sends to the witnesses: it led
+	// at the last round that asked (always, without Lead). A replica that
+	// does not lead knows only what it read of the store before.
+	Leads bool
+	// Latest is the size of the latest checkpoint a round judged, 0 if
+	// none yet; Cosignatures how many of the witnesses cosigned it, of the
+	// Quorum it needs; Lacking whether it lacks its quorum.
+	Latest       uint64
+	Cosignatures int
+	Quorum       int
+	Lacking      bool
+	// WithoutQuorum counts the checkpoints found without their quorum
+	// since the process started, each once; Recent holds the sizes of the
+	// latest of them (at most RecentWithoutQuorum), newest first.
+	WithoutQuorum uint64
+	Recent        []uint64
+	// Witnesses is each witness, in the order configured.
+	Witnesses []WitnessStatus
+}
+
+// RecentWithoutQuorum bounds Status.Recent.
+const RecentWithoutQuorum = 16
+
+// WitnessStatus is what the cosigner knows of one witness.
+type WitnessStatus struct {
+	Name        string // its key's name
+	VerifierKey string
+	// Cosigned is the size of the largest checkpoint it cosigned that the
+	// cosigner saw (in the store at its first round, or answered since),
+	// 0 if none; At is the time that cosignature carries (the witness's
+	// own clock, to the second), zero if none.
+	Cosigned uint64
+	At       time.Time
+	// Failing is the kind of its last failure, as the metrics name a
+	// result ("failed", "conflict", "fork 12", …), "" if its last request
+	// succeeded or none failed; Retry is when it is asked again then.
+	Failing string
+	Retry   time.Time
+}
+
+// Lag is how many events the latest checkpoint holds that the witness
+// has not cosigned.
+func (s Status) Lag(w WitnessStatus) uint64 {
+	if w.Cosigned >= s.Latest {
+		return 0
+	}
+	return s.Latest - w.Cosigned
+}
+
+// Status returns what the last round left; it never waits for one. A nil
+// Cosigner (no witnesses) has the zero Status.
+func (c *Cosigner) Status() Status {
+	if c == nil {
+		return Status{}
+	}
+	c.init()
+	if s := c.status.Load(); s != nil {
+		return *s
+	}
+	s := Status{Leads: c.Lead == nil, Quorum: c.Quorum}
+	for _, w := range c.Witnesses {
+		s.Witnesses = append(s.Witnesses, WitnessStatus{Name: w.Name(), VerifierKey: w.VerifierKey()})
+	}
+	return s
+}
+
+// publish makes the state Status returns; c.mu is held.
+func (c *Cosigner) publish() {
+	s := &Status{Leads: c.leads, Latest: c.judged, Cosignatures: c.have, Quorum: c.Quorum, Lacking: c.lacking,
+		WithoutQuorum: c.without, Recent: append([]uint64(nil), c.recent...)}
+	for _, p := range c.peers {
+		s.Witnesses = append(s.Witnesses, WitnessStatus{Name: p.w.Name(), VerifierKey: p.w.VerifierKey(),
+			Cosigned: p.cosigned, At: p.at, Failing: p.logged, Retry: p.next})
+	}
+	c.status.Store(s)
 }
 
 // peer is what the cosigner believes of a witness, in memory.
@@ -70,6 +162,10 @@ type peer struct {
 	// logged is what its last failure logged, so that a retry that fails
 	// alike logs at debug level only.
 	logged string
+	// cosigned is the largest size it is known to have cosigned, at the
+	// time its cosignature carries (Status).
+	cosigned uint64
+	at       time.Time
 }
 
 func (c *Cosigner) init() {
@@ -93,6 +189,7 @@ func (c *Cosigner) init() {
 		if c.Quorum <= 0 || c.Quorum > len(c.Witnesses) {
 			c.Quorum = len(c.Witnesses)
 		}
+		c.leads = c.Lead == nil
 		for _, w := range c.Witnesses {
 			c.peers = append(c.peers, &peer{w: w})
 		}
@@ -145,6 +242,7 @@ func (c *Cosigner) Round(ctx context.Context) {
 	c.init()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.publish()
 	var size uint64
 	var signed []byte
 	err := c.Storage.View(ctx, func(r auditlog.Reader) error {
@@ -178,8 +276,10 @@ func (c *Cosigner) Round(ctx context.Context) {
 		}
 		if !c.Lead(ctx) {
 			c.notLead = now.Add(time.Second)
+			c.leads = false
 			return
 		}
+		c.leads = true
 	}
 	cp, err := auditlog.OpenCheckpoint(signed, c.Key.Verifier)
 	if err != nil || cp.Size != size {
@@ -250,6 +350,7 @@ func (c *Cosigner) believe(ctx context.Context) error {
 			if ok && !found[j] {
 				found[j] = true
 				c.peers[j].known = cp.Size
+				c.peers[j].cosigned, c.peers[j].at = cp.Size, cosignedAt(cps[i], c.peers[j].w)
 				left--
 			}
 		}
@@ -280,7 +381,7 @@ func (c *Cosigner) send(ctx context.Context, p *peer, cp auditlog.Checkpoint, si
 		lines, err := p.w.AddCheckpoint(ctx, c.HTTP, old, proof, signed)
 		if err == nil {
 			c.Metrics.Request(p.w.Name(), metrics.WitnessCosigned)
-			c.cosigned(p, cp.Size)
+			c.cosigned(p, cp.Size, lines)
 			return lines
 		}
 		if ctx.Err() != nil {
@@ -319,14 +420,37 @@ func (c *Cosigner) proof(ctx context.Context, old, size uint64) (tlog.TreeProof,
 	return proof, err
 }
 
-// cosigned notes a witness's success: it knows size now, and is due again
-// at once.
-func (c *Cosigner) cosigned(p *peer, size uint64) {
+// cosigned notes a witness's success, its cosignature lines: it knows
+// size now, and is due again at once.
+func (c *Cosigner) cosigned(p *peer, size uint64, lines []byte) {
 	if p.logged != "" {
 		c.Logger.Info("a witness cosigns the audit log again", "witness", p.w.Name(), "size", size)
 	}
 	p.known, p.delay, p.next, p.logged = size, 0, time.Time{}, ""
+	p.cosigned, p.at = size, cosignedAt(lines, p.w)
 	c.Metrics.Known(p.w.Name(), size)
+}
+
+// cosignedAt returns the time of w's cosignature among the signature
+// lines of b (a note, or the lines a witness answered), zero if it has
+// none: a cosignature/v1 signature is the key's hash (4 bytes), the time
+// in seconds since 1970 (8 bytes, big-endian), then the Ed25519
+// signature (c2sp.org/tlog-cosignature). It reads the time only; the
+// cosignature was verified before it was kept.
+func cosignedAt(b []byte, w *Witness) time.Time {
+	for _, l := range strings.SplitAfter(string(b), "\n") {
+		name, hash, ok := lineKey(l)
+		if !ok || name != w.Name() || hash != w.Verifier.KeyHash() {
+			continue
+		}
+		_, b64, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(l, sigPrefix), "\n"), " ")
+		sig, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(sig) < 12 {
+			continue
+		}
+		return time.Unix(int64(binary.BigEndian.Uint64(sig[4:12])), 0).UTC()
+	}
+	return time.Time{}
 }
 
 // failed logs a witness's failure, the first of its kind at warn or error
@@ -411,7 +535,7 @@ func (c *Cosigner) judge(size uint64, have []bool) {
 		}
 	}
 	lacking := n < c.Quorum
-	c.judged = size
+	c.judged, c.have = size, n
 	c.Metrics.Latest(n, lacking)
 	if !lacking {
 		if c.lacking {
@@ -423,6 +547,8 @@ func (c *Cosigner) judge(size uint64, have []bool) {
 	if c.counted != size {
 		c.counted = size
 		c.Metrics.WithoutQuorum()
+		c.without++
+		c.recent = append([]uint64{size}, c.recent[:min(len(c.recent), RecentWithoutQuorum-1)]...)
 	}
 	m := strings.Join(missing, ", ")
 	if !c.lacking || m != c.missing {

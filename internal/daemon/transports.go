@@ -11,6 +11,9 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/writerd/writerd/auditlog/auditapi"
+	"github.com/writerd/writerd/auditlog/console"
+	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
@@ -33,11 +36,17 @@ type HTTP struct {
 	// AuditPublic serves the audit log's tlog paths (the checkpoint and
 	// the tiles) to callers without a token (httpapi.Audit.Public).
 	AuditPublic bool
+	// ProtectedResource, with OAuth, is the OAuth protected resource
+	// metadata to serve (httpapi.Config.ProtectedResource); nil serves none.
+	ProtectedResource *httpapi.ProtectedResource
 }
+
+// ProtectedResource is httpapi's.
+type ProtectedResource = httpapi.ProtectedResource
 
 // HTTPHandler is the daemon's HTTP edge (package httpapi): MCP Streamable
 // HTTP at /mcp, the direct API, the audit API, /metrics, /healthz and
-// /readyz.
+// /readyz, and with SignIn the audit console under /ui/.
 func (d *Daemon) HTTPHandler(h HTTP) http.Handler {
 	mcpSrv := mcp.NewServer(d.Pipeline, mcp.Options{
 		Version: d.cfg.Version, Logger: d.log, MinProtocol: "2025-06-18",
@@ -49,6 +58,7 @@ func (d *Daemon) HTTPHandler(h HTTP) http.Handler {
 	})
 	mcpHandler := mcp.NewHTTPHandler(mcpSrv, mcp.HTTPOptions{Logger: d.log,
 		OnRefuse: func(kind string) { d.Metrics.TransportError(pipeline.TransportHTTP, kind) }})
+	con := d.console(h)
 	return d.withVerifierKey(func(vkey string) http.Handler {
 		return httpapi.New(httpapi.Config{
 			Pipeline:     d.Pipeline,
@@ -58,9 +68,39 @@ func (d *Daemon) HTTPHandler(h HTTP) http.Handler {
 			Ready:        d.Ready,
 			Audit:        &httpapi.Audit{Log: d.Audit(), VerifierKey: vkey, Sign: d.checkpointer.Sign, Public: h.AuditPublic},
 			Gatherer:     d.Registry, Metrics: d.Metrics, Logger: d.log, MaxBody: h.MaxBody,
-			Backup: d.Backup,
+			Backup: d.Backup, ProtectedResource: h.ProtectedResource,
+			Console: con,
 		})
 	})
+}
+
+// console is the audit console of the daemon's HTTP transport, nil
+// without SignIn: built once, so that its sessions and its activity
+// counts outlive the handler built again when the store opens. It reads
+// the log as the audit API does, and the checkpointer's and the
+// witnesses' state as they left it.
+func (d *Daemon) console(h HTTP) *console.Console {
+	if h.SignIn == nil {
+		return nil
+	}
+	cfg := console.Config{
+		Log: auditapi.Local{Log: d.Audit()},
+		VerifierKey: func() string {
+			if k := d.SigningKey(); k != nil {
+				return k.VerifierKey
+			}
+			return ""
+		},
+		SignIn:    h.SignIn,
+		SelfCheck: d.checkpointer.LastCheck,
+		Damaged:   d.checkpointer.Damaged,
+		Tools:     d.Pipeline.Tools,
+		Logger:    d.log,
+	}
+	if d.cosigner != nil {
+		cfg.Witnesses = func() witness.Status { return d.cosigner.Status() }
+	}
+	return console.New(cfg)
 }
 
 // withVerifierKey builds the HTTP handler with the log's verifier key.

@@ -13,12 +13,15 @@ import (
 	"strings"
 	"time"
 
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/auditapi"
+	"github.com/writerd/writerd/auditlog/console"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -49,6 +52,21 @@ type Config struct {
 	MaxBody  int64 // default DefaultMaxBody
 	// Backup is served at GET /v1/admin/backup to callers with the admin scope (backup.go); nil serves no route.
 	Backup Backup
+	// Console is the audit console, served under /ui/ to browsers signed
+	// in with an audit token (package auditlog/console: its own sessions,
+	// not Authenticate); nil serves none.
+	Console *console.Console
+	// ProtectedResource, with OAuth, is served to anyone at its paths;
+	// nil serves no OAuth metadata at all (a client that finds some may
+	// drop its configured header and start OAuth).
+	ProtectedResource *ProtectedResource
+}
+
+// ProtectedResource is the OAuth 2.0 protected resource metadata (RFC
+// 9728) and the paths it is served at.
+type ProtectedResource struct {
+	Paths    []string
+	Metadata *oauthex.ProtectedResourceMetadata
 }
 
 // New returns writerd's HTTP handler: MCP at /mcp, the direct API at
@@ -67,6 +85,18 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("/", s.notFound)
 	s.registerBackup(mux)
+	if cfg.Console != nil {
+		cfg.Console.Register(mux) // each page its own route, counted and logged as such
+	}
+	if pr := cfg.ProtectedResource; pr != nil {
+		// The SDK's handler: GET, and OPTIONS for CORS preflight, with
+		// Access-Control-Allow-Origin: * (public metadata, RFC 9728 3.1).
+		h := sdkauth.ProtectedResourceMetadataHandler(pr.Metadata)
+		for _, p := range pr.Paths {
+			mux.Handle("GET "+p, h)
+			mux.Handle("OPTIONS "+p, h)
+		}
+	}
 	if cfg.Audit != nil {
 		api := &auditapi.Server{Log: cfg.Audit.Log, VerifierKey: cfg.Audit.VerifierKey, Sign: cfg.Audit.Sign, TlogPublic: cfg.Audit.Public, Caller: cfg.Caller, Logger: cfg.Logger}
 		api.Register(mux, cfg.Authenticate)
@@ -198,6 +228,9 @@ func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.cfg.Backup != nil {
 		routes += ", GET /v1/admin/backup"
+	}
+	if s.cfg.Console != nil {
+		routes += ", the audit console under /ui/ (in a browser)"
 	}
 	// The audit API's client knows this answer by its first words.
 	s.fail(w, r, pipeline.Errorf(pipeline.NotFound, auditapi.NotServed+": writerd serves %s, GET /metrics, GET /healthz and GET /readyz.", routes))
