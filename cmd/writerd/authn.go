@@ -7,37 +7,67 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp/auth"
+	"github.com/writerd/writerd/mcp/auth/oauth"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 )
 
 // authenticator is how serve's HTTP server knows its callers: the tokens
-// of a tokens file, or, with --insecure-no-auth on loopback, one principal
-// with every scope.
+// of a tokens file, access tokens of OAuth issuers, or both; or, with
+// --insecure-no-auth on loopback, one principal with every scope.
 type authenticator struct {
-	tokens    *auth.Tokens // nil when insecure
-	principal string       // the caller's principal when insecure
+	tokens    *auth.Tokens    // nil without --tokens
+	oauth     *oauth.Provider // nil without --oauth-issuer
+	principal string          // the caller's principal when insecure
 }
 
-// authenticator loads the tokens file, or sets up the insecure mode the
-// flags allowed.
+// authenticator loads the tokens file and sets up OAuth, or the insecure
+// mode the flags allowed.
 func (c *ServeCommand) authenticator(log *slog.Logger) (*authenticator, error) {
 	if c.insecure {
 		log.Warn("serving HTTP without tokens: every caller acts as the principal, with every scope",
 			"principal", c.principal)
 		return &authenticator{principal: c.principal}, nil
 	}
-	tokens, err := auth.Load(c.tokensFile)
-	if err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
+	a := &authenticator{}
+	if c.oauth != nil {
+		cfg := *c.oauth
+		cfg.Logger = log
+		var err error
+		if a.oauth, err = oauth.New(cfg); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
 	}
-	for _, w := range tokens.Warnings() {
-		log.Warn("tokens file", "warning", w)
+	if c.tokensFile != "" {
+		var check func(auth.Entry) error
+		if a.oauth != nil {
+			check = noColon
+		}
+		tokens, err := auth.LoadChecked(c.tokensFile, check)
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		for _, w := range tokens.Warnings() {
+			log.Warn("tokens file", "warning", w)
+		}
+		a.tokens = tokens
 	}
-	return &authenticator{tokens: tokens}, nil
+	return a, nil
+}
+
+// noColon refuses a token whose name has a colon: with OAuth on, a colon
+// marks an issuer's principals (NAME:subject), which no static token may
+// act as.
+func noColon(e auth.Entry) error {
+	if strings.Contains(e.Name, ":") {
+		return fmt.Errorf("the tokens file holds the token %q, whose name has a colon; with OAuth on, a colon marks an issuer's principals (NAME:subject): revoke it (writerd token revoke) and make one under a name without a colon", e.Name)
+	}
+	return nil
 }
 
 // describe names the mode for the configuration line, without a path.
@@ -45,40 +75,58 @@ func (a *authenticator) describe() string {
 	switch {
 	case a == nil:
 		return "none"
-	case a.tokens == nil:
+	case a.tokens == nil && a.oauth == nil:
 		return "insecure-no-auth"
 	}
-	return fmt.Sprintf("tokens (%d)", len(a.tokens.Entries()))
+	var modes []string
+	if a.tokens != nil {
+		modes = append(modes, fmt.Sprintf("tokens (%d)", len(a.tokens.Entries())))
+	}
+	if a.oauth != nil {
+		var names []string
+		for _, is := range a.oauth.Issuers() {
+			names = append(names, is.Name)
+		}
+		modes = append(modes, fmt.Sprintf("oauth (%s)", strings.Join(names, ",")))
+	}
+	return strings.Join(modes, ", ")
 }
 
-// middleware guards /mcp and /v1; every refusal is counted by its reason.
-func (a *authenticator) middleware(m *metrics.Metrics) func(http.Handler) http.Handler {
-	if a.tokens == nil {
-		return func(next http.Handler) http.Handler { return auth.Insecure(a.principal, next) }
+// options are the middleware's: every refusal counted by its reason and
+// logged by its kind, with the request id and never the token.
+func (a *authenticator) options(m *metrics.Metrics, log *slog.Logger) auth.Options {
+	o := auth.Options{OnFail: func(r *http.Request, reason auth.Reason) {
+		m.TransportError(pipeline.TransportHTTP, "unauthenticated_"+string(reason))
+		log.Info("token refused", "request_id", pipeline.RequestID(r.Context()), "kind", string(reason))
+	}}
+	if a.tokens != nil {
+		o.Static = a.tokens
 	}
-	return func(next http.Handler) http.Handler {
-		return auth.Bearer(a.tokens, next, func(_ *http.Request, reason auth.Reason) {
-			m.TransportError(pipeline.TransportHTTP, "unauthenticated_"+string(reason))
-		})
+	if a.oauth != nil {
+		o.OAuth, o.ResourceMetadata = a.oauth, a.oauth.MetadataURL()
 	}
+	return o
 }
 
-// signIn is the caller a token stands for, as the middleware would find
-// it: the audit console's sign-in. Insecure, any token is the principal.
-func (a *authenticator) signIn(_ context.Context, token string) (pipeline.Caller, error) {
-	if a.tokens == nil {
-		return pipeline.Caller{Principal: a.principal, Scopes: pipeline.AllScopes}, nil
+// http completes h with how callers authenticate: the middleware, the
+// caller it finds, the console's sign-in, and, with OAuth, the protected
+// resource metadata.
+func (a *authenticator) http(m *metrics.Metrics, log *slog.Logger, h daemon.HTTP) daemon.HTTP {
+	h.Caller = auth.CallerFrom
+	if a.tokens == nil && a.oauth == nil {
+		h.Authenticate = func(next http.Handler) http.Handler { return auth.Insecure(a.principal, next) }
+		h.SignIn = func(context.Context, string) (pipeline.Caller, error) {
+			return pipeline.Caller{Principal: a.principal, Scopes: pipeline.AllScopes}, nil
+		}
+		return h
 	}
-	c, ok := a.tokens.Verify(token)
-	if !ok {
-		return pipeline.Caller{}, pipeline.Errorf(auth.Code, "%s", auth.Message)
+	o := a.options(m, log)
+	h.Authenticate = func(next http.Handler) http.Handler { return auth.Guard(o, next) }
+	h.SignIn = o.SignIn
+	if a.oauth != nil {
+		h.ProtectedResource = &daemon.ProtectedResource{Paths: a.oauth.MetadataPaths(), Metadata: a.oauth.Metadata()}
 	}
-	return c, nil
-}
-
-// caller is the caller the middleware put in the request's context.
-func (a *authenticator) caller(ctx context.Context) (pipeline.Caller, bool) {
-	return auth.CallerFrom(ctx)
+	return h
 }
 
 // reloadOnHangup reloads the tokens file on every SIGHUP until ctx ends: a

@@ -17,6 +17,7 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
+	"github.com/writerd/writerd/mcp/auth/oauth"
 	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -49,6 +50,9 @@ type ServeCommand struct {
 	cpEvery    uint64
 	cpInterval time.Duration
 	auditPub   bool
+
+	oauthFlags oauthFlags
+	oauth      *oauth.Config // nil without --oauth-issuer
 
 	witnessFlags  listFlag // VKEY@URL, as given
 	witnesses     []*witness.Witness
@@ -115,7 +119,7 @@ transparency-log clients, monitors and witnesses; --audit-public serves
 exactly those read-only paths without a token (the rest stays guarded).
 To publish them without the daemon, see writerd audit publish.
 
-` + serveWitnessUsage + `Each flag may also be set in the environment as WRITERD_<FLAG>, with dashes
+` + serveOAuthUsage + serveWitnessUsage + `Each flag may also be set in the environment as WRITERD_<FLAG>, with dashes
 as underscores (WRITERD_DATA, WRITERD_MAX_BYTES, …); a flag given on the
 command line wins over the environment.
 
@@ -160,6 +164,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "serve HTTP without tokens, every caller as --principal with every scope; loopback addresses only")
 	fs.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "the largest HTTP request body, in `bytes`")
 	c.store.define(fs)
+	c.oauthFlags.define(fs)
 	fs.StringVar(&c.principal, "principal", "local", "the `name` of the principal that stdio calls act as")
 	fs.IntVar(&c.limits.MaxBytes, "max-bytes", pipeline.DefaultLimits.MaxBytes, "the largest arguments of a call, in `bytes`")
 	fs.IntVar(&c.limits.MaxDepth, "max-depth", pipeline.DefaultLimits.MaxDepth, "the deepest nesting of arguments, in `levels`")
@@ -227,13 +232,20 @@ func (c *ServeCommand) parse(args []string) error {
 		switch {
 		case c.tokensFile != "" && c.insecure:
 			return fs.fail("%s and %s exclude each other: choose tokens, or none on loopback", fs.label("tokens"), fs.label("insecure-no-auth"))
+		case c.oauthFlags.on() && c.insecure:
+			return fs.fail("%s and %s exclude each other: choose OAuth, or no tokens on loopback", fs.label("oauth-issuer"), fs.label("insecure-no-auth"))
 		case c.insecure && !loopbackAddr(c.addr):
 			return fs.fail("%s serves without tokens, so only on a loopback address such as %s", fs.label("insecure-no-auth"), defaultAddr)
-		case c.tokensFile == "" && !c.insecure:
-			return fs.fail("the HTTP server needs %s FILE (make one with writerd token new), or %s on a loopback address", fs.label("tokens"), fs.label("insecure-no-auth"))
+		case c.tokensFile == "" && !c.insecure && !c.oauthFlags.on():
+			return fs.fail("the HTTP server needs %s FILE (make one with writerd token new), %s NAME=URL, or %s on a loopback address", fs.label("tokens"), fs.label("oauth-issuer"), fs.label("insecure-no-auth"))
 		}
+	} else if c.oauthFlags.on() {
+		return fs.fail("%s takes access tokens over HTTP, so it needs %s", fs.label("oauth-issuer"), fs.label("addr"))
 	}
 	var err error
+	if c.oauth, err = c.oauthFlags.config(fs); err != nil {
+		return err
+	}
 	if c.tokensFile != "" {
 		if c.tokensFile, err = fs.path("tokens", c.tokensFile); err != nil {
 			return err
@@ -353,10 +365,13 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
 	if ln != nil {
-		httpSrv = d.HTTPServer(daemon.HTTP{Authenticate: authn.middleware(d.Metrics), Caller: authn.caller, SignIn: authn.signIn, MaxBody: c.maxBody, AuditPublic: c.auditPub})
+		httpSrv = d.HTTPServer(authn.http(d.Metrics, log, daemon.HTTP{MaxBody: c.maxBody, AuditPublic: c.auditPub}))
 		go func() { httpDone <- httpSrv.Serve(ln) }()
 		if authn.tokens != nil {
 			background.Go(func() { authn.reloadOnHangup(ctx, log) })
+		}
+		if authn.oauth != nil {
+			background.Go(func() { authn.oauth.Run(ctx) })
 		}
 	}
 

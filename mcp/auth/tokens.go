@@ -19,14 +19,24 @@ type Tokens struct {
 	// never replaces the table of a newer one.
 	reload sync.Mutex
 	table  atomic.Pointer[table]
+	// check, if set, must accept every entry of a file before it is used
+	// (LoadChecked).
+	check func(Entry) error
 }
 
 // Load reads the tokens file at path (see the package documentation for
 // its form and the permissions it must have). Errors are sentences that
 // name the file "the tokens file", never its path; a missing file's error
 // satisfies errors.Is(err, fs.ErrNotExist).
-func Load(path string) (*Tokens, error) {
-	t := &Tokens{path: path}
+func Load(path string) (*Tokens, error) { return LoadChecked(path, nil) }
+
+// LoadChecked is Load where check, if not nil, must also accept each
+// token of the file, at Load and at every Reload: a file with a token it
+// refuses is refused as a whole with check's error, as an invalid file
+// is. The daemon refuses names with a colon this way when OAuth is on
+// (an OAuth principal is "issuer:subject").
+func LoadChecked(path string, check func(Entry) error) (*Tokens, error) {
+	t := &Tokens{path: path, check: check}
 	if err := t.Reload(); err != nil {
 		return nil, err
 	}
@@ -50,6 +60,13 @@ func (t *Tokens) Reload() error {
 	tab, _, err := readTable(f)
 	if err != nil {
 		return err
+	}
+	if t.check != nil {
+		for _, e := range tab.entries {
+			if err := t.check(e.Entry); err != nil {
+				return err
+			}
+		}
 	}
 	t.table.Store(tab)
 	return nil

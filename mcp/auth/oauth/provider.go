@@ -1,0 +1,284 @@
+package oauth
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"github.com/writerd/writerd/mcp/auth"
+	"github.com/writerd/writerd/pipeline"
+)
+
+// The kinds a token is refused with (auth.Reason values), as the package
+// documentation lists them.
+const (
+	KindMalformed         auth.Reason = "malformed"
+	KindUnknownIssuer     auth.Reason = "unknown_issuer"
+	KindIssuerUnreachable auth.Reason = "issuer_unreachable"
+	KindBadAlgorithm      auth.Reason = "bad_algorithm"
+	KindBadType           auth.Reason = "bad_type"
+	KindUnknownKey        auth.Reason = "unknown_key"
+	KindBadSignature      auth.Reason = "bad_signature"
+	KindExpired           auth.Reason = "expired"
+	KindNotYetValid       auth.Reason = "not_yet_valid"
+	KindMissingClaim      auth.Reason = "missing_claim"
+	KindBadAudience       auth.Reason = "bad_audience"
+	KindBadPrincipal      auth.Reason = "bad_principal"
+	KindInsufficientScope auth.Reason = "insufficient_scope"
+)
+
+// Kinds lists every kind, for the metrics and the tests.
+var Kinds = []auth.Reason{KindMalformed, KindUnknownIssuer, KindIssuerUnreachable, KindBadAlgorithm, KindBadType,
+	KindUnknownKey, KindBadSignature, KindExpired, KindNotYetValid, KindMissingClaim, KindBadAudience,
+	KindBadPrincipal, KindInsufficientScope}
+
+// Algorithms are the signature algorithms taken.
+var Algorithms = []string{"RS256", "ES256", "EdDSA"}
+
+// types are the typ headers taken ("" is none).
+var types = []string{"", "JWT", "at+jwt", "application/at+jwt"}
+
+// Provider checks access tokens from the configured issuers
+// (auth.Checker) and serves the protected resource metadata. Run must run
+// for tokens to be taken: until it found an issuer, that issuer's tokens
+// are answered 503.
+type Provider struct {
+	cfg     Config
+	issuers []*issuer
+	parser  *jwt.Parser
+	run     sync.Once
+}
+
+// New checks cfg and returns its Provider; nothing is fetched before Run.
+func New(cfg Config) (*Provider, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Provider{cfg: cfg}
+	for _, is := range cfg.Issuers {
+		p.issuers = append(p.issuers, &issuer{Issuer: is})
+	}
+	p.parser = p.newParser()
+	return p, nil
+}
+
+// newParser is the JWT parser of tokens, requiring iss among opts.
+func (p *Provider) newParser(opts ...jwt.ParserOption) *jwt.Parser {
+	return jwt.NewParser(append([]jwt.ParserOption{jwt.WithValidMethods(Algorithms), jwt.WithLeeway(p.cfg.Leeway),
+		jwt.WithIssuedAt(), jwt.WithExpirationRequired(), jwt.WithTimeFunc(p.cfg.Now)}, opts...)...)
+}
+
+// Run discovers every issuer and keeps its keys until ctx ends; it
+// returns when ctx ends. A second Run does nothing.
+func (p *Provider) Run(ctx context.Context) {
+	p.run.Do(func() {
+		var wg sync.WaitGroup
+		for _, is := range p.issuers {
+			wg.Go(func() { p.runIssuer(ctx, is) })
+		}
+		wg.Wait()
+		<-ctx.Done()
+	})
+}
+
+// Ready reports whether every issuer was found.
+func (p *Provider) Ready() bool {
+	for _, is := range p.issuers {
+		if is.keys.Load() == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func refuse(kind auth.Reason) error {
+	return &auth.Refusal{Status: http.StatusUnauthorized, Reason: kind}
+}
+
+func unavailable() error {
+	return &auth.Refusal{Status: http.StatusServiceUnavailable, Reason: KindIssuerUnreachable}
+}
+
+// Check returns the caller an access token stands for, or an
+// *auth.Refusal of one of the kinds; nothing of the token is kept or
+// returned.
+func (p *Provider) Check(ctx context.Context, token string) (pipeline.Caller, error) {
+	if len(token) > MaxToken {
+		return pipeline.Caller{}, refuse(KindMalformed)
+	}
+	var unverified jwt.MapClaims
+	if _, _, err := p.parser.ParseUnverified(token, &unverified); err != nil {
+		if errors.Is(err, jwt.ErrTokenUnverifiable) { // an alg jwt does not know
+			return pipeline.Caller{}, refuse(KindBadAlgorithm)
+		}
+		return pipeline.Caller{}, refuse(KindMalformed)
+	}
+	iss, _ := unverified["iss"].(string)
+	is, k := p.issuerOf(iss)
+	switch {
+	case is == nil:
+		return pipeline.Caller{}, refuse(KindUnknownIssuer)
+	case k == nil:
+		return pipeline.Caller{}, unavailable()
+	}
+	var claims jwt.MapClaims
+	tok, err := k.parser.ParseWithClaims(token, &claims, k.kf.KeyfuncCtx(ctx))
+	if err != nil {
+		if tok != nil && tok.Method != nil && !slices.Contains(Algorithms, tok.Method.Alg()) {
+			return pipeline.Caller{}, refuse(KindBadAlgorithm)
+		}
+		kind := kindOf(err)
+		if kind == KindUnknownKey && is.jwksDown.Load() {
+			return pipeline.Caller{}, unavailable()
+		}
+		return pipeline.Caller{}, refuse(kind)
+	}
+	if typ, _ := tok.Header["typ"].(string); !slices.Contains(types, typ) {
+		return pipeline.Caller{}, refuse(KindBadType)
+	}
+	aud, err := claims.GetAudience()
+	if err != nil || !oauthex.MatchesResource(aud, p.cfg.Audience) {
+		return pipeline.Caller{}, refuse(KindBadAudience)
+	}
+	sub, _ := claims[p.cfg.PrincipalClaim].(string)
+	principal := is.Name + ":" + sub
+	if sub == "" || !pipeline.ValidPrincipal(principal) {
+		return pipeline.Caller{}, refuse(KindBadPrincipal)
+	}
+	scopes := p.scopes(claims[p.cfg.ScopeClaim])
+	if scopes == 0 {
+		return pipeline.Caller{}, &auth.Refusal{Status: http.StatusForbidden, Reason: KindInsufficientScope, Scope: strings.Join(p.ScopeValues(), " ")}
+	}
+	return pipeline.Caller{Principal: principal, Scopes: scopes}, nil
+}
+
+// issuerOf finds the issuer whose tokens carry iss, and its keys if it
+// was discovered.
+func (p *Provider) issuerOf(iss string) (*issuer, *keys) {
+	if iss == "" {
+		return nil, nil
+	}
+	for _, is := range p.issuers {
+		if k := is.keys.Load(); k != nil {
+			if k.iss == iss {
+				return is, k
+			}
+		} else if sameIssuer(is.URL, iss) {
+			return is, nil
+		}
+	}
+	return nil, nil
+}
+
+// kindOf maps a jwt error to its kind.
+func kindOf(err error) auth.Reason {
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return KindExpired
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return KindNotYetValid
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return KindUnknownIssuer
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing), errors.Is(err, jwt.ErrInvalidType):
+		return KindMissingClaim
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return KindUnknownKey
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return KindBadSignature
+	}
+	return KindMalformed
+}
+
+// scopes maps a scope claim, a space-separated string or a list of
+// strings, to writerd's scopes.
+func (p *Provider) scopes(claim any) pipeline.Scope {
+	var values []string
+	switch c := claim.(type) {
+	case string:
+		values = strings.Fields(c)
+	case []any:
+		for _, v := range c {
+			if s, ok := v.(string); ok {
+				values = append(values, s)
+			}
+		}
+	}
+	var granted pipeline.Scope
+	for s, name := range p.cfg.Scopes {
+		if slices.Contains(values, name) {
+			granted |= s
+		}
+	}
+	return granted
+}
+
+// ScopeValues are the scope values that grant writerd's scopes, in the
+// order read, write, audit, admin.
+func (p *Provider) ScopeValues() []string {
+	var vs []string
+	for _, s := range scopeOrder {
+		if v, ok := p.cfg.Scopes[s]; ok {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// Issuers are the configured issuers.
+func (p *Provider) Issuers() []Issuer { return p.cfg.Issuers }
+
+// Audience is the configured audience.
+func (p *Provider) Audience() string { return p.cfg.Audience }
+
+// MetadataPath is the well-known path of the protected resource
+// metadata: /.well-known/oauth-protected-resource, followed by the
+// audience's path (RFC 9728 section 3.1).
+const MetadataPath = "/.well-known/oauth-protected-resource"
+
+// MetadataPaths are the paths the metadata is served at: the path
+// derived from the audience, and the bare well-known path for clients
+// that look there first.
+func (p *Provider) MetadataPaths() []string {
+	paths := []string{MetadataPath}
+	if suffix := p.audiencePath(); suffix != "" {
+		paths = append([]string{MetadataPath + suffix}, paths...)
+	}
+	return paths
+}
+
+// MetadataURL is the absolute URL of the metadata that 401 challenges
+// name (resource_metadata): on the audience's scheme and host, never the
+// request's Host.
+func (p *Provider) MetadataURL() string {
+	u := p.cfg.Audience
+	i := strings.Index(u, "://")
+	host, _, _ := strings.Cut(u[i+3:], "/")
+	return u[:i+3] + host + MetadataPath + p.audiencePath()
+}
+
+func (p *Provider) audiencePath() string {
+	u := p.cfg.Audience
+	_, rest, _ := strings.Cut(u[strings.Index(u, "://")+3:], "/")
+	return strings.TrimSuffix("/"+rest, "/")
+}
+
+// Metadata is the protected resource metadata (RFC 9728 section 2).
+func (p *Provider) Metadata() *oauthex.ProtectedResourceMetadata {
+	m := &oauthex.ProtectedResourceMetadata{
+		Resource:               p.cfg.Audience,
+		ScopesSupported:        p.ScopeValues(),
+		BearerMethodsSupported: []string{"header"},
+		ResourceName:           "writerd",
+	}
+	for _, is := range p.cfg.Issuers {
+		m.AuthorizationServers = append(m.AuthorizationServers, is.URL)
+	}
+	return m
+}
