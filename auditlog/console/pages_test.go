@@ -127,6 +127,7 @@ func TestPages_StatusAndHeaders(t *testing.T) {
 	if p.Status != http.StatusForbidden {
 		t.Errorf("a cross-site sign-out: %d, want 403 from the edge", p.Status)
 	}
+	mustSecure(t, "a cross-site sign-out refused by the edge", p)
 	if got := b.Get("/ui/"); got.Status != http.StatusOK {
 		t.Errorf("the session after a refused cross-site sign-out: %d, want it alive", got.Status)
 	}

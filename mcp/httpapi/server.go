@@ -163,6 +163,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Logger.Info("http", "request_id", id, "route", route, "status", sw.code(),
 			"duration_ms", float64(time.Since(start).Microseconds())/1000)
 	}()
+	if s.cfg.Console != nil && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) {
+		console.SecurityHeaders(sw.Header()) // a refusal below is a console answer too
+	}
 	switch {
 	case !hostAllowed(r):
 		s.refuse(sw, r, "host", pipeline.Errorf(pipeline.PermissionDenied, "The request's Host is not one this server answers on: a server bound to loopback answers only to localhost or a loopback address."))
