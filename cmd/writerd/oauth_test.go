@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -439,5 +440,33 @@ func TestOAuth_TypeScriptClient(t *testing.T) {
 	evs := MustOpenStore(t, od.store).eventsFor("k-ts-sdk-0001")
 	if len(evs) != 1 || evs[0].Principal != "corp:alice" || evs[0].Outcome != "ok" {
 		t.Errorf("events of the TypeScript client's write: %+v, want one ok by corp:alice", evs)
+	}
+}
+
+// TestREADME_OAuth: every writerd serve command of the README's OAuth
+// section is one serve takes, flag for flag (parsed as serve parses its
+// command line: the issuers are not reachable from here).
+func TestREADME_OAuth(t *testing.T) {
+	block := readmeBlock(t, "### OAuth: tokens from your identity provider")
+	block = strings.ReplaceAll(block, "\\\n", " ")
+	n := 0
+	for line := range strings.Lines(block) {
+		args := strings.Fields(line)
+		if len(args) < 2 || args[0] != "writerd" || args[1] != "serve" {
+			continue
+		}
+		n++
+		var stderr strings.Builder
+		c := &ServeCommand{Stdout: io.Discard, Stderr: &stderr}
+		if err := c.parse(args[2:]); err != nil {
+			t.Errorf("README: %s\n%s", line, firstLine(stderr.String()))
+			continue
+		}
+		if c.oauth == nil || len(c.oauth.Issuers) != 1 || c.oauth.Audience != "https://writerd.acme.example/mcp" {
+			t.Errorf("README: %s: parsed %+v", line, c.oauth)
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d serve commands in the README's OAuth block, want one a provider (4)", n)
 	}
 }

@@ -39,11 +39,13 @@ type oauthFlags struct {
 	scopeClaim     string
 	scopes         string
 	keyRefresh     time.Duration
+	alsoAccepted   listFlag
 }
 
 func (o *oauthFlags) define(fs *flagSet) {
 	fs.Var(&o.issuers, "oauth-issuer", "take access tokens of the OAuth issuer `NAME=URL` (NAME labels its principals, NAME:subject); repeatable")
 	fs.StringVar(&o.audience, "oauth-audience", "", "the canonical `URI` of this server's /mcp, which access tokens must name in aud")
+	fs.Var(&o.alsoAccepted, "oauth-accept-audience", "also take access tokens whose aud is `VALUE` (Entra ID: the API's application ID); repeatable")
 	fs.StringVar(&o.principalClaim, "oauth-principal-claim", oauth.DefaultPrincipalClaim, "the access token `claim` a principal is made of, after the issuer's name")
 	fs.StringVar(&o.scopeClaim, "oauth-scope-claim", oauth.DefaultScopeClaim, "the access token `claim` holding its scopes, a space-separated string or a list")
 	fs.StringVar(&o.scopes, "oauth-scopes", defaultOAuthScopes, "the scope values that grant writerd's scopes, `SCOPE=VALUE,…`")
@@ -65,7 +67,7 @@ func (o *oauthFlags) config(fs *flagSet) (*oauth.Config, error) {
 		for name, set := range map[string]bool{"oauth-audience": o.audience != "",
 			"oauth-principal-claim": o.principalClaim != oauth.DefaultPrincipalClaim,
 			"oauth-scope-claim":     o.scopeClaim != oauth.DefaultScopeClaim, "oauth-scopes": o.scopes != defaultOAuthScopes,
-			"oauth-key-refresh": o.keyRefresh != oauth.DefaultRefreshEvery} {
+			"oauth-key-refresh": o.keyRefresh != oauth.DefaultRefreshEvery, "oauth-accept-audience": len(o.alsoAccepted) > 0} {
 			if set {
 				return nil, fs.fail("%s configures OAuth, which needs %s NAME=URL", fs.label(name), fs.label("oauth-issuer"))
 			}
@@ -76,7 +78,7 @@ func (o *oauthFlags) config(fs *flagSet) (*oauth.Config, error) {
 		return nil, fs.fail("%s takes a positive duration such as 10s", fs.label("oauth-key-refresh"))
 	}
 	cfg := &oauth.Config{Audience: o.audience, PrincipalClaim: o.principalClaim, ScopeClaim: o.scopeClaim,
-		Scopes: map[pipeline.Scope]string{}, RefreshEvery: o.keyRefresh}
+		Scopes: map[pipeline.Scope]string{}, RefreshEvery: o.keyRefresh, AlsoAccepted: o.alsoAccepted}
 	var given []string
 	for _, v := range o.issuers {
 		given = append(given, strings.Fields(v)...)

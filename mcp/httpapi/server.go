@@ -235,6 +235,9 @@ func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Console != nil {
 		routes += ", the audit console under /ui/ (in a browser)"
 	}
+	if pr := s.cfg.ProtectedResource; pr != nil {
+		routes += ", GET " + strings.Join(pr.Paths, " and GET ")
+	}
 	// The audit API's client knows this answer by its first words.
 	s.fail(w, r, pipeline.Errorf(pipeline.NotFound, auditapi.NotServed+": writerd serves %s, GET /metrics, GET /healthz and GET /readyz.", routes))
 }

@@ -32,6 +32,10 @@ type Config struct {
 	// https://writerd.example.com/mcp: tokens must name it in aud, and the
 	// protected resource metadata names it as the resource.
 	Audience string
+	// AlsoAccepted are other aud values that name writerd, compared
+	// exactly: Entra ID's v2 access tokens carry the API's application
+	// (client) ID, never its URI.
+	AlsoAccepted []string
 	// PrincipalClaim is the claim the principal is made of after the
 	// issuer's name; default "sub".
 	PrincipalClaim string
@@ -114,6 +118,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := checkURL(c.Audience); err != nil {
 		return c, configError("the audience: %v", err)
+	}
+	for _, a := range c.AlsoAccepted {
+		if a == "" || strings.ContainsAny(a, " \t\n") {
+			return c, configError("an accepted audience is empty or has a space")
+		}
 	}
 	if c.PrincipalClaim == "" {
 		c.PrincipalClaim = DefaultPrincipalClaim

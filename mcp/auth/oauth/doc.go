@@ -25,7 +25,8 @@
 //   - exp (required; expired), nbf and iat (not_yet_valid), each with
 //     Leeway for clock skew, and the claims' types (missing_claim);
 //   - aud naming the configured Audience, the canonical URI of writerd's
-//     /mcp (bad_audience: a token for another service, or an ID token);
+//     /mcp, or one of AlsoAccepted (Entra ID's application ID)
+//     (bad_audience: a token for another service, or an ID token);
 //   - the principal: the issuer's NAME, a colon and the configured claim
 //     (sub by default, client_id for machine clients), which must be a
 //     valid principal (bad_principal). No OAuth subject can act as a

@@ -144,7 +144,7 @@ func (p *Provider) Check(ctx context.Context, token string) (pipeline.Caller, er
 		return pipeline.Caller{}, refuse(KindBadType)
 	}
 	aud, err := claims.GetAudience()
-	if err != nil || !oauthex.MatchesResource(aud, p.cfg.Audience) {
+	if err != nil || !(oauthex.MatchesResource(aud, p.cfg.Audience) || slices.ContainsFunc(aud, func(a string) bool { return slices.Contains(p.cfg.AlsoAccepted, a) })) {
 		return pipeline.Caller{}, refuse(KindBadAudience)
 	}
 	sub, _ := claims[p.cfg.PrincipalClaim].(string)

@@ -226,6 +226,20 @@ func TestCheck_TypeHeader(t *testing.T) {
 	}
 }
 
+// TestCheck_AlsoAccepted: an aud of the accepted values is taken, as
+// given and no other way.
+func TestCheck_AlsoAccepted(t *testing.T) {
+	is := oauthtest.Start(t)
+	p := startProvider(t, is, func(c *oauth.Config) { c.AlsoAccepted = []string{"6f1c2a9e-0000-4000-8000-000000000001"} })
+	for aud, want := range map[string]bool{"6f1c2a9e-0000-4000-8000-000000000001": true, "6f1c2a9e-0000-4000-8000-000000000001/": false,
+		"6F1C2A9E-0000-4000-8000-000000000001": false, audience: true} {
+		_, err := p.Check(t.Context(), is.Sign("RS256", is.Claims(aud, "alice", "writerd:read", time.Hour)))
+		if (err == nil) != want {
+			t.Errorf("aud %q: %v, want taken %v", aud, err, want)
+		}
+	}
+}
+
 // TestCheck_ConfiguredClaims: the principal from client_id, the scopes
 // from a list under scp, by configured names.
 func TestCheck_ConfiguredClaims(t *testing.T) {
