@@ -156,8 +156,8 @@ func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) {
 }
 
 // maxToken bounds the token a sign-in reads: a writerd token is 47
-// bytes.
-const maxToken = 256
+// characters, an OAuth access token at most oauth.MaxToken (16 KiB).
+const maxToken = 16 << 10
 
 // signin takes a token once: a caller with the audit scope gets a session
 // and its cookie, and goes to the Trust page; any other sees the form
@@ -187,7 +187,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	switch e := pipeline.Public(err); {
 	case err != nil && e.Code == pipeline.Unauthenticated:
 		c.cfg.Logger.Warn("audit console: sign-in refused", "request_id", id, "reason", "unknown_token")
-		again(http.StatusUnauthorized, "The daemon does not know this token: it is not in its tokens file, or it was revoked. A token made after the daemon last read its tokens file works once it reads it again (SIGHUP).")
+		again(http.StatusUnauthorized, "The daemon does not take this token: it is not in its tokens file (or was revoked; a token made after the daemon last read the file works once it reads it again, on SIGHUP), or it is not a valid access token of an issuer the daemon trusts.")
 		return
 	case err != nil:
 		c.cfg.Logger.Warn("audit console: sign-in failed", "request_id", id, "code", string(e.Code))

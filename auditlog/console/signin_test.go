@@ -30,8 +30,8 @@ func TestSignIn_OnlyTheAuditScope(t *testing.T) {
 	}{
 		{"read", s.Tokens["read"], http.StatusForbidden, "audit scope"},
 		{"write", s.Tokens["write"], http.StatusForbidden, "audit scope"},
-		{"unknown", unknown, http.StatusUnauthorized, "does not know this token"},
-		{"malformed", "not-a-token", http.StatusUnauthorized, "does not know this token"},
+		{"unknown", unknown, http.StatusUnauthorized, "does not take this token"},
+		{"malformed", "not-a-token", http.StatusUnauthorized, "does not take this token"},
 		{"empty", "", http.StatusBadRequest, "Paste a token"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

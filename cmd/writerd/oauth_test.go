@@ -264,6 +264,20 @@ func TestOAuth_StaticAndOAuthAlike(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	// The audit console's sign-in takes an access token through the same
+	// checks: one with the audit scope gets a session, a write one none.
+	for tok, want := range map[string]int{auditJWT: http.StatusSeeOther, jwtTok: http.StatusForbidden} {
+		req, _ := http.NewRequest("POST", od.url+"/ui/signin", strings.NewReader(url.Values{"token": {tok}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || (len(resp.Cookies()) > 0) != (want == http.StatusSeeOther) {
+			t.Errorf("console sign-in with an access token: %d, cookies %d, want %d", resp.StatusCode, len(resp.Cookies()), want)
+		}
+	}
 	// A read-only access token: tools/list shows the read tools alone,
 	// and a write is PERMISSION_DENIED as for a static read token.
 	reader := od.token("dave", "writerd:read", nil)

@@ -20,8 +20,8 @@ import (
 const audience = "http://127.0.0.1:7070/mcp"
 
 // startProvider runs a Provider of one issuer, "corp", until the test
-// ends, and waits for it to find the issuer unless the issuer is down.
-func startProvider(t *testing.T, is *oauthtest.Issuer, change func(*oauth.Config)) *oauth.Provider {
+// ends, and waits for it to find the issuer.
+func startProvider(t testing.TB, is *oauthtest.Issuer, change func(*oauth.Config)) *oauth.Provider {
 	t.Helper()
 	cfg := oauth.Config{Issuers: []oauth.Issuer{{Name: "corp", URL: is.URL}}, Audience: audience}
 	if change != nil {
@@ -39,7 +39,7 @@ func startProvider(t *testing.T, is *oauthtest.Issuer, change func(*oauth.Config
 	return p
 }
 
-func waitReady(t *testing.T, p *oauth.Provider) {
+func waitReady(t testing.TB, p *oauth.Provider) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !p.Ready(); {
 		if time.Now().After(deadline) {
