@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/auditapi"
@@ -31,33 +30,6 @@ type selection struct {
 	Filter auditlog.Filter
 	After  uint64
 	Limit  int
-}
-
-// parseWhen reads a time as writerd audit list's --since and --until
-// take it: RFC 3339, a date (midnight UTC), or an age before now (30m,
-// 2h, 7d).
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), nil
-	}
-	if t, err := time.Parse(time.DateOnly, s); err == nil {
-		return t, nil
-	}
-	var age time.Duration
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		days, err := strconv.ParseFloat(n, 64)
-		if err != nil || days < 0 || days > 1e5 || n == "" || !unicode.IsDigit(rune(n[0])) {
-			return time.Time{}, errors.New("not an age")
-		}
-		age = time.Duration(days * float64(24*time.Hour))
-	} else {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return time.Time{}, errors.New("not an age")
-		}
-		age = d
-	}
-	return now.Add(-age).UTC(), nil
 }
 
 // parseSelection reads the Events page's parameters, refusing what
@@ -80,7 +52,7 @@ func (c *Console) parseSelection(q url.Values) (selection, error) {
 		into *time.Time
 	}{{"since", &f.Since}, {"until", &f.Until}} {
 		if v := sel.Given[w.name]; v != "" {
-			t, err := parseWhen(v, now)
+			t, err := auditlog.ParseWhen(v, now)
 			if err != nil {
 				return sel, fmt.Errorf("The filter %s takes a time in RFC 3339, such as 2026-11-30T06:00:00Z, a date such as 2026-11-30, or an age such as 30m, 2h or 7d.", w.name)
 			}

@@ -485,36 +485,11 @@ func (v whenValue) Set(s string) error {
 		*v.t = time.Time{}
 		return nil
 	}
-	t, err := parseWhen(s, v.now)
+	t, err := auditlog.ParseWhen(s, v.now)
 	if err == nil {
 		*v.t = t
 	}
 	return err
-}
-
-// parseWhen parses a time as --since and --until take it.
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), nil
-	}
-	if t, err := time.Parse(time.DateOnly, s); err == nil {
-		return t, nil
-	}
-	var age time.Duration
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		days, err := strconv.ParseFloat(n, 64)
-		if err != nil || days < 0 || days > 1e5 || n == "" || !unicode.IsDigit(rune(n[0])) {
-			return time.Time{}, errors.New("not an age")
-		}
-		age = time.Duration(days * float64(24*time.Hour))
-	} else {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return time.Time{}, errors.New("not an age")
-		}
-		age = d
-	}
-	return now.Add(-age).UTC(), nil
 }
 
 // choiceValue is a flag that takes one of a few words, such as -o.
