@@ -131,7 +131,9 @@ func (a *authenticator) http(m *metrics.Metrics, log *slog.Logger, h daemon.HTTP
 
 // reloadOnHangup reloads the tokens file on every SIGHUP until ctx ends: a
 // revoked token fails from the next request on. A file that cannot be read
-// keeps the tokens loaded before.
+// keeps the tokens loaded before. Without a tokens file (OAuth alone) a
+// SIGHUP reloads nothing, but is caught all the same: its default action
+// would end the daemon.
 func (a *authenticator) reloadOnHangup(ctx context.Context, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -141,6 +143,10 @@ func (a *authenticator) reloadOnHangup(ctx context.Context, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-hup:
+			if a.tokens == nil {
+				log.Info("SIGHUP: no tokens file to reload; access tokens need no reload")
+				continue
+			}
 			if err := a.tokens.Reload(); err != nil {
 				log.Error("reload the tokens file; the tokens loaded before stay in force", "cause", err.Error())
 				continue

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -482,5 +483,56 @@ func TestREADME_OAuth(t *testing.T) {
 	}
 	if n != 4 {
 		t.Errorf("%d serve commands in the README's OAuth block, want one a provider (4)", n)
+	}
+}
+
+// TestOAuth_OnlyOAuthKeepsRunningOnHangup: a daemon that takes access
+// tokens alone (no tokens file) goes on serving after SIGHUP, which
+// reloads nothing; by default a SIGHUP would end the process.
+func TestOAuth_OnlyOAuthKeepsRunningOnHangup(t *testing.T) {
+	is := oauthtest.Start(t)
+	port := freePort(t)
+	base := "http://127.0.0.1:" + port
+	cmd := exec.Command(binary, "serve", "--addr", "127.0.0.1:"+port, "--data", t.TempDir(),
+		"--oauth-issuer", "corp="+is.URL, "--oauth-audience", base+"/mcp")
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+	stderr := new(syncBuffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	healthy := func() bool {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if resp, err := http.Get(base + "/healthz"); err == nil {
+				resp.Body.Close()
+				return resp.StatusCode == 200
+			}
+		}
+		return false
+	}
+	if !healthy() {
+		t.Fatalf("the daemon did not start:\n%s", stderr)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(200 * time.Millisecond)
+	if !healthy() || cmd.ProcessState != nil {
+		t.Fatalf("the daemon stopped on SIGHUP:\n%s", stderr)
+	}
+	tok := is.Sign("RS256", is.Claims(base+"/mcp", "alice", "writerd:read", time.Hour))
+	req, _ := http.NewRequest("POST", base+"/v1/tools/list_projects", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.DefaultClient.Do(req.Clone(context.Background()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an access token after SIGHUP: %d", resp.StatusCode)
+		}
 	}
 }

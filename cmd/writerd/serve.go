@@ -367,7 +367,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if ln != nil {
 		httpSrv = d.HTTPServer(authn.http(d.Metrics, log, daemon.HTTP{MaxBody: c.maxBody, AuditPublic: c.auditPub}))
 		go func() { httpDone <- httpSrv.Serve(ln) }()
-		if authn.tokens != nil {
+		if authn.tokens != nil || authn.oauth != nil {
 			background.Go(func() { authn.reloadOnHangup(ctx, log) })
 		}
 		if authn.oauth != nil {
