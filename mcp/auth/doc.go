@@ -52,16 +52,21 @@
 // user other than writerd's or root; a file others can read is loaded with
 // a warning (Warnings), since it holds only hashes.
 //
-// Bearer is the HTTP middleware: exactly one Authorization header, scheme
-// Bearer in any case, a well-formed token that Verify knows. Anything else
-// is answered 401 with WWW-Authenticate: Bearer realm="writerd" (with
-// error="invalid_token" when a token was presented, RFC 6750) and a fixed
-// error envelope, code UNAUTHENTICATED; nothing about the token is echoed,
-// and the reason given to the caller's hook is one of three words. On
-// success the caller is put in the request's context (WithCaller,
-// CallerFrom) and the Authorization header is removed from the request
-// next sees. Insecure stands in for Bearer when serve runs without tokens
-// on loopback: every request is one principal with every scope.
+// Guard is the HTTP middleware (Bearer, for static tokens alone): exactly
+// one Authorization header, scheme Bearer in any case, and either a
+// well-formed token that Verify knows or, with Options.OAuth, any other
+// credential its Checker accepts (package oauth: access tokens of OAuth
+// issuers). Anything else is answered 401 with WWW-Authenticate: Bearer
+// realm="writerd" (with error="invalid_token" when a token was presented,
+// RFC 6750, and with OAuth the resource_metadata URL, RFC 9728), or with
+// the status of the Checker's *Refusal (403 insufficient_scope, 503 while
+// an issuer is unreachable), and a fixed error envelope; nothing about the
+// token is echoed, and the reason given to the caller's hook is a fixed
+// word. On success the caller is put in the request's context
+// (WithCaller, CallerFrom) and the Authorization header is removed from
+// the request next sees. Insecure stands in for Guard when serve runs
+// without tokens on loopback: every request is one principal with every
+// scope.
 //
 // Caveats:
 //
