@@ -20,6 +20,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/auditlog/witness"
+	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -284,15 +285,7 @@ func plainLoopback(r *http.Request) bool {
 		return false
 	}
 	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok {
-		return false
-	}
-	host, _, err := net.SplitHostPort(local.String())
-	if err != nil {
-		host = local.String()
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
+	return ok && loopback.Host(local.String())
 }
 
 // formatTime writes a time as the CLI's tables do, in UTC, to the second.

@@ -110,11 +110,9 @@ func cookie(r *http.Request, id string, ss *session) *http.Cookie {
 	if ss == nil {
 		c.MaxAge = -1
 	} else {
+		// Made at sign-in: the session's whole lifetime, on its own clock.
 		c.Expires = ss.expires
-		c.MaxAge = int(time.Until(ss.expires).Seconds())
-		if c.MaxAge <= 0 {
-			c.MaxAge = 1
-		}
+		c.MaxAge = max(1, int(ss.expires.Sub(ss.created).Seconds()))
 	}
 	return c
 }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/internal/loopback"
 )
 
 // AuditCommand reads and verifies the audit log: writerd audit list|show|
@@ -263,7 +263,7 @@ func (a *auditFrom) open(ctx context.Context) (source, error) {
 	if strings.ContainsFunc(token, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
 		return nil, errors.New("the token holds spaces or control characters: it is not a writerd token")
 	}
-	if token != "" && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+	if token != "" && u.Scheme == "http" && !loopback.Host(u.Hostname()) {
 		fmt.Fprintf(fs.stderr, "%s: warning: the token goes to %s over plain HTTP, readable on the way; use https\n", fs.Name(), u.Host)
 	}
 	return newRemote(u, token), nil
@@ -284,11 +284,6 @@ func daemonRoute(path string) string {
 		return "/" + last
 	}
 	return ""
-}
-
-// loopbackHost reports whether a URL's host is localhost or a loopback IP.
-func loopbackHost(host string) bool {
-	return loopbackAddr(net.JoinHostPort(host, "0"))
 }
 
 // verifier returns the key that checks the log's checkpoints, the key's

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/mcp/httpapi"
 )
 
@@ -210,7 +211,7 @@ func (c *BackupCommand) fromServer(ctx context.Context, u *url.URL, w *backupFil
 	if strings.ContainsFunc(token, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
 		return errors.New("the token holds spaces or control characters: it is not a writerd token")
 	}
-	if token != "" && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+	if token != "" && u.Scheme == "http" && !loopback.Host(u.Hostname()) {
 		fmt.Fprintf(c.Stderr, "writerd backup: warning: the token, and the backup, go to and from %s over plain HTTP, readable on the way; use https\n", u.Host)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.JoinPath(httpapi.PathBackup).String(), nil)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/loopback"
 )
 
 // BenchCommand drives writes at a chosen concurrency and reports what they
@@ -301,7 +302,7 @@ func (c *BenchCommand) token() (string, error) {
 		return "", fmt.Errorf("bench: no token: set WRITERD_TOKEN, or give --token-file, with a token that has the write scope (writerd token new --scopes read,write)")
 	}
 	for _, s := range c.servers {
-		if u, _ := url.Parse(s); u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		if u, _ := url.Parse(s); u.Scheme == "http" && !loopback.Host(u.Hostname()) {
 			fmt.Fprintf(c.Stderr, "writerd bench: warning: the token goes to %s over plain HTTP, readable on the way; use https\n", u.Host)
 		}
 	}

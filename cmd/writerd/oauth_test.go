@@ -100,7 +100,7 @@ func (od *oauthDaemon) token(sub, scope string, change func(jwt.MapClaims)) stri
 func TestOAuth_TokensAtTheDaemon(t *testing.T) {
 	od := mustStartOAuth(t, nil, true, "--oauth-key-refresh", "1s")
 	is := od.is
-	metadataURL := strings.TrimSuffix(od.url, "") + "/.well-known/oauth-protected-resource/mcp"
+	metadataURL := od.url + "/.well-known/oauth-protected-resource/mcp"
 
 	good := od.token("alice", "writerd:read writerd:write", nil)
 	r := od.API(good, "create_project", "k-good-0001", `{"name":"alpha"}`)

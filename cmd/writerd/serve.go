@@ -16,6 +16,7 @@ import (
 	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/mcp/auth/oauth"
 	"github.com/writerd/writerd/mcp/httpapi"
@@ -234,7 +235,7 @@ func (c *ServeCommand) parse(args []string) error {
 			return fs.fail("%s and %s exclude each other: choose tokens, or none on loopback", fs.label("tokens"), fs.label("insecure-no-auth"))
 		case c.oauthFlags.on() && c.insecure:
 			return fs.fail("%s and %s exclude each other: choose OAuth, or no tokens on loopback", fs.label("oauth-issuer"), fs.label("insecure-no-auth"))
-		case c.insecure && !loopbackAddr(c.addr):
+		case c.insecure && !loopback.Host(c.addr):
 			return fs.fail("%s serves without tokens, so only on a loopback address such as %s", fs.label("insecure-no-auth"), defaultAddr)
 		case c.tokensFile == "" && !c.insecure && !c.oauthFlags.on():
 			return fs.fail("the HTTP server needs %s FILE (make one with writerd token new), %s NAME=URL, or %s on a loopback address", fs.label("tokens"), fs.label("oauth-issuer"), fs.label("insecure-no-auth"))
@@ -274,20 +275,6 @@ const auditKeyFile = auditlog.LegacyKeyFile
 
 // keyDirDefault is the key directory, as the usages name it.
 const keyDirDefault = "$XDG_CONFIG_HOME/writerd/audit-keys/, else ~/.config/writerd/audit-keys/"
-
-// loopbackAddr reports whether a listen address is a loopback one:
-// localhost or a loopback IP, never the wildcard.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 // Run parses the flags, opens the database and serves: over stdio until
 // the client closes stdin, over HTTP until a signal; with both, until

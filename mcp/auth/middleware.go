@@ -79,8 +79,8 @@ const Code = pipeline.Unauthenticated
 // the reason: the answer tells a client only that it needs a valid token.
 const Message = "This request needs a valid token: send the header Authorization: Bearer followed by a writerd token. A token made after the daemon last read its tokens file works once it reads the file again (SIGHUP)."
 
-// OAuthMessage is Message where OAuth access tokens are taken too.
-const OAuthMessage = "This request needs a valid token: send the header Authorization: Bearer followed by a writerd token or an access token for this server from one of the authorization servers its protected resource metadata names."
+// oauthMessage is Message where OAuth access tokens are taken too.
+const oauthMessage = "This request needs a valid token: send the header Authorization: Bearer followed by a writerd token or an access token for this server from one of the authorization servers its protected resource metadata names."
 
 // scopeMessage answers a token that grants none of the scopes needed.
 const scopeMessage = "The access token grants none of writerd's scopes; ask its authorization server for a token with the scopes named in the WWW-Authenticate header."
@@ -165,16 +165,16 @@ func (o Options) authenticate(r *http.Request) (pipeline.Caller, *Refusal) {
 	if reason != "" {
 		return pipeline.Caller{}, &Refusal{Status: http.StatusUnauthorized, Reason: reason, request: two}
 	}
-	if WellFormed(token) || o.OAuth == nil {
-		if !WellFormed(token) {
-			return pipeline.Caller{}, &Refusal{Status: http.StatusUnauthorized, Reason: ReasonMalformed}
-		}
+	switch {
+	case WellFormed(token):
 		if o.Static != nil {
 			if c, ok := o.Static.Verify(token); ok {
 				return c, nil
 			}
 		}
 		return pipeline.Caller{}, &Refusal{Status: http.StatusUnauthorized, Reason: ReasonUnknown}
+	case o.OAuth == nil:
+		return pipeline.Caller{}, &Refusal{Status: http.StatusUnauthorized, Reason: ReasonMalformed}
 	}
 	c, err := o.OAuth.Check(r.Context(), token)
 	if err == nil {
@@ -197,7 +197,7 @@ func (o Options) refusal(ref *Refusal) *pipeline.Error {
 		return pipeline.Errorf(pipeline.Unavailable, "%s", unreachableMessage)
 	}
 	if o.OAuth != nil {
-		return pipeline.Errorf(Code, "%s", OAuthMessage)
+		return pipeline.Errorf(Code, "%s", oauthMessage)
 	}
 	return pipeline.Errorf(Code, "%s", Message)
 }

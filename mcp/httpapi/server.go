@@ -22,6 +22,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/auditlog/console"
+	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -185,23 +186,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // 127.0.0.1 carries its own name as Host.
 func hostAllowed(r *http.Request) bool {
 	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok || !isLoopback(local.String()) {
+	if !ok || !loopback.Host(local.String()) {
 		return true
 	}
-	return isLoopback(r.Host)
-}
-
-func isLoopback(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.Trim(host, "[]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return loopback.Host(r.Host)
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {

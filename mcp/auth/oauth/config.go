@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"time"
 
+	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -189,18 +189,10 @@ func checkURL(s string) error {
 		return errors.New("it has a query, a fragment or user information")
 	case u.Scheme == "https":
 		return nil
-	case u.Scheme == "http" && loopback(u.Hostname()):
+	case u.Scheme == "http" && loopback.Host(u.Hostname()):
 		return nil
 	}
 	return errors.New("it is not https (http only on a loopback address)")
-}
-
-func loopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // sameIssuer compares issuer identifiers, a trailing slash apart.

@@ -25,8 +25,6 @@ type issuer struct {
 	keys atomic.Pointer[keys] // nil until discovered
 	// jwksDown: the latest fetch of the JWK Set failed.
 	jwksDown atomic.Bool
-	// fetches counts the JWK Set's fetches, for the tests.
-	fetches atomic.Int64
 }
 
 // keys is what discovery found: the issuer identifier its tokens carry
@@ -174,7 +172,6 @@ type watch struct {
 }
 
 func (w *watch) RoundTrip(r *http.Request) (*http.Response, error) {
-	w.is.fetches.Add(1)
 	resp, err := w.next.RoundTrip(r)
 	w.is.jwksDown.Store(err != nil || resp.StatusCode != http.StatusOK)
 	return resp, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -234,9 +235,6 @@ func (p *Provider) ScopeValues() []string {
 // Issuers are the configured issuers.
 func (p *Provider) Issuers() []Issuer { return p.cfg.Issuers }
 
-// Audience is the configured audience.
-func (p *Provider) Audience() string { return p.cfg.Audience }
-
 // MetadataPath is the well-known path of the protected resource
 // metadata: /.well-known/oauth-protected-resource, followed by the
 // audience's path (RFC 9728 section 3.1).
@@ -246,27 +244,25 @@ const MetadataPath = "/.well-known/oauth-protected-resource"
 // derived from the audience, and the bare well-known path for clients
 // that look there first.
 func (p *Provider) MetadataPaths() []string {
-	paths := []string{MetadataPath}
-	if suffix := p.audiencePath(); suffix != "" {
-		paths = append([]string{MetadataPath + suffix}, paths...)
+	if _, path := p.audience(); path != "" {
+		return []string{MetadataPath + path, MetadataPath}
 	}
-	return paths
+	return []string{MetadataPath}
 }
 
 // MetadataURL is the absolute URL of the metadata that 401 challenges
 // name (resource_metadata): on the audience's scheme and host, never the
 // request's Host.
 func (p *Provider) MetadataURL() string {
-	u := p.cfg.Audience
-	i := strings.Index(u, "://")
-	host, _, _ := strings.Cut(u[i+3:], "/")
-	return u[:i+3] + host + MetadataPath + p.audiencePath()
+	origin, path := p.audience()
+	return origin + MetadataPath + path
 }
 
-func (p *Provider) audiencePath() string {
-	u := p.cfg.Audience
-	_, rest, _ := strings.Cut(u[strings.Index(u, "://")+3:], "/")
-	return strings.TrimSuffix("/"+rest, "/")
+// audience splits the audience into its origin and its path without a
+// trailing slash; New checked that it parses.
+func (p *Provider) audience() (origin, path string) {
+	u, _ := url.Parse(p.cfg.Audience)
+	return u.Scheme + "://" + u.Host, strings.TrimSuffix(u.EscapedPath(), "/")
 }
 
 // Metadata is the protected resource metadata (RFC 9728 section 2).
