@@ -33,6 +33,6 @@
 // the entities touched; never argument values.
 //
 // The package holds no storage and imports no database: each backend
-// keeps the log (bbolt's is pipeline/boltdb/boltlog) and binds it to each
+// keeps the log (bbolt's is storage/bolt/boltlog) and binds it to each
 // transaction as the pipeline's Audit, which is a Writer that appends.
 package auditlog

@@ -18,9 +18,9 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
+	"github.com/writerd/writerd/storage/bolt"
+	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/bolt/bolttest"
 )
 
 // testLog is a real bbolt store of the built-in tools, whose audit log the
@@ -31,7 +31,7 @@ type testLog struct {
 	t     *testing.T
 	dir   string
 	mu    sync.Mutex
-	s     *boltdb.Storage[handlers.Store]
+	s     *bolt.Storage[handlers.Store]
 	key   *auditlog.Key
 	state string // the checkpointer's state file, beside the key
 	n     int    // events appended
@@ -61,7 +61,7 @@ func (l *testLog) open() {
 	l.mu.Unlock()
 }
 
-func (l *testLog) store() *boltdb.Storage[handlers.Store] {
+func (l *testLog) store() *bolt.Storage[handlers.Store] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.s

@@ -18,7 +18,7 @@
 // then replays its answer instead of running the handler twice.
 //
 // The package holds no storage: each backend keeps the records (bbolt's
-// is pipeline/boltdb/boltkeys) and binds its store to each transaction as
+// is storage/bolt/boltkeys) and binds its store to each transaction as
 // the pipeline's Keys.
 //
 // Caveats: Locks is in-process only. The bbolt store holds an exclusive

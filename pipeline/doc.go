@@ -53,7 +53,7 @@
 // Audit is auditlog's read seam and the append. Check verifies the
 // pipeline's invariants through the interfaces, on any backend, and
 // package storetest is the conformance suite every backend passes. The
-// package imports no database; pipeline/boltdb is the bbolt backend.
+// package imports no database; storage/bolt is the bbolt backend.
 // Transports see a pipeline as a Service, whatever its D.
 //
 // Errors have two faces: *Error's Code, Message and Retry reach the client;

@@ -16,7 +16,7 @@ import (
 	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
+	"github.com/writerd/writerd/storage/bolt/boltstore"
 )
 
 // appendSpread appends n events to st, spread over the hours before now,

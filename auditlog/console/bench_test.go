@@ -18,7 +18,7 @@ import (
 	"github.com/writerd/writerd/auditlog/console"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
+	"github.com/writerd/writerd/storage/bolt/boltstore"
 )
 
 // The benchmark's log: a million events in a bbolt store under

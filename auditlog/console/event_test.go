@@ -17,8 +17,8 @@ import (
 	"github.com/writerd/writerd/auditlog/console"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
-	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
+	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/bolt/bolttest"
 )
 
 var proofResult = regexp.MustCompile(`<p id="proof-result" data-verified="(true|false)" data-status="([a-z_]+)"[^>]*>([^<]*)</p>`)

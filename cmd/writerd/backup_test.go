@@ -21,9 +21,9 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"github.com/writerd/writerd/pipeline/storetest"
+	"github.com/writerd/writerd/storage/bolt"
 )
 
 // loadWriter drives create_project over the direct API, each call with a
@@ -202,7 +202,7 @@ func TestBackup_UnderLoad(t *testing.T) {
 	if err := os.Mkdir(bdir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	mustInstall(t, out, filepath.Join(bdir, boltdb.FileName))
+	mustInstall(t, out, filepath.Join(bdir, bolt.FileName))
 	bs := MustOpenStore(t, testStore{Dir: bdir})
 	projects, _, err := storetest.Projects(context.Background(), bs.s)
 	if err != nil {
@@ -281,7 +281,7 @@ func TestBackup_UnderLoad(t *testing.T) {
 	if err := os.Rename(state, filepath.Join(work, "last-checkpoint.before-restore")); err != nil {
 		t.Fatalf("move the record of the last checkpoint aside: %v", err)
 	}
-	mustInstall(t, out, filepath.Join(ts.Dir, boltdb.FileName))
+	mustInstall(t, out, filepath.Join(ts.Dir, bolt.FileName))
 	d2 := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens})
 	if g := d2.API(agent, "get_project", "", `{"project_id":"`+before[len(before)-1].id+`"}`); g.status != http.StatusOK {
 		t.Errorf("a project written before the backup, after the restore: %d %s", g.status, g.body)
@@ -385,7 +385,7 @@ func TestBackup_DataDir(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the refusal took %v", took)
 	}
-	live := filepath.Join(ts.Dir, boltdb.FileName)
+	live := filepath.Join(ts.Dir, bolt.FileName)
 	r = mustRunWith(t, runConfig{env: ts.env(t, "WRITERD_TOKEN="+admin)}, "backup", "--server", d.url, "-o", live)
 	if r.code != 1 || r.stderr != "writerd: "+live+" is the database of a running writerd process; write the backup to another file\n" {
 		t.Errorf("-o over the live database: exit %d, %q", r.code, r.stderr)
@@ -404,7 +404,7 @@ func TestBackup_DataDir(t *testing.T) {
 		t.Errorf("-o over its own source: exit %d, %q", r.code, r.stderr)
 	}
 	bdir := t.TempDir()
-	mustInstall(t, out, filepath.Join(bdir, boltdb.FileName))
+	mustInstall(t, out, filepath.Join(bdir, bolt.FileName))
 	mustRunOK(t, runConfig{env: ts.env(t)}, "check", "--data", bdir)
 	if n := MustOpenStore(t, testStore{Dir: bdir}).projects(); n != 5 {
 		t.Errorf("the backup holds %d projects, want 5", n)

@@ -112,7 +112,7 @@ audit event) in one transaction,
   db.Update       bbolt, one transaction a write
   db.Batch 10ms   bbolt's Batch at its default MaxBatchDelay
   db.Batch 1ms    bbolt's Batch at 1 ms
-  group commit    writerd's group commit (boltdb.DB.Update) without the pipeline
+  group commit    writerd's group commit (bolt.DB.Update) without the pipeline
 
 (bbolt's, with --store too). With --target mcp (create_project only),
 

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
 
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/kv"
+	"github.com/writerd/writerd/storage/bolt"
+	"github.com/writerd/writerd/storage/bolt/kv"
 )
 
 // The baselines of writerd bench --baseline: the raw store doing the puts
@@ -45,11 +45,11 @@ type baseline struct {
 
 func baselines() []baseline {
 	return []baseline{
-		{"db.Update", boltBaseline(func(db *bolt.DB) func(func(*bolt.Tx) error) error { return db.Update })},
-		{"db.Batch 10ms", boltBaseline(func(db *bolt.DB) func(func(*bolt.Tx) error) error {
+		{"db.Update", boltBaseline(func(db *bbolt.DB) func(func(*bbolt.Tx) error) error { return db.Update })},
+		{"db.Batch 10ms", boltBaseline(func(db *bbolt.DB) func(func(*bbolt.Tx) error) error {
 			return db.Batch // its default MaxBatchDelay, 10 ms
 		})},
-		{"db.Batch 1ms", boltBaseline(func(db *bolt.DB) func(func(*bolt.Tx) error) error {
+		{"db.Batch 1ms", boltBaseline(func(db *bbolt.DB) func(func(*bbolt.Tx) error) error {
 			db.MaxBatchDelay = time.Millisecond
 			return db.Batch
 		})},
@@ -110,13 +110,13 @@ func (b *bench) runBaseline(ctx context.Context, bl baseline) (*runResult, error
 // boltBaseline commits through a bbolt method, db.Update or db.Batch,
 // which txn returns for the open database. Commits are counted by the
 // transaction ids the writes meet: every write transaction has its own.
-func boltBaseline(txn func(*bolt.DB) func(func(*bolt.Tx) error) error) func(string) (func([]byte) error, func() tally, func() error, error) {
+func boltBaseline(txn func(*bbolt.DB) func(func(*bbolt.Tx) error) error) func(string) (func([]byte) error, func() tally, func() error, error) {
 	return func(dir string) (func([]byte) error, func() tally, func() error, error) {
-		db, err := bolt.Open(filepath.Join(dir, boltdb.FileName), 0o600, &bolt.Options{PageSize: boltdb.PageSize})
+		db, err := bbolt.Open(filepath.Join(dir, bolt.FileName), 0o600, &bbolt.Options{PageSize: bolt.PageSize})
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		err = db.Update(func(tx *bolt.Tx) error { return createBaseBuckets(tx) })
+		err = db.Update(func(tx *bbolt.Tx) error { return createBaseBuckets(tx) })
 		if err != nil {
 			db.Close()
 			return nil, nil, nil, err
@@ -124,7 +124,7 @@ func boltBaseline(txn func(*bolt.DB) func(func(*bolt.Tx) error) error) func(stri
 		var last, commits atomic.Int64
 		do := txn(db)
 		write := func(key []byte) error {
-			return do(func(tx *bolt.Tx) error {
+			return do(func(tx *bbolt.Tx) error {
 				if id := int64(tx.ID()); last.Swap(id) != id {
 					commits.Add(1)
 				}
@@ -135,10 +135,10 @@ func boltBaseline(txn func(*bolt.DB) func(func(*bolt.Tx) error) error) func(stri
 	}
 }
 
-// groupBaseline commits through writerd's group commit, boltdb.DB.Update,
+// groupBaseline commits through writerd's group commit, bolt.DB.Update,
 // each write's puts through the savepointed transaction its stores use.
 func groupBaseline(dir string) (func([]byte) error, func() tally, func() error, error) {
-	db, err := boltdb.Open(dir, func(tx *kv.Tx) error { return createBaseBuckets(tx.Bolt()) })
+	db, err := bolt.Open(dir, func(tx *kv.Tx) error { return createBaseBuckets(tx.Bolt()) })
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -150,7 +150,7 @@ func groupBaseline(dir string) (func([]byte) error, func() tally, func() error, 
 	return write, commits.load, db.Close, nil
 }
 
-func createBaseBuckets(tx *bolt.Tx) error {
+func createBaseBuckets(tx *bbolt.Tx) error {
 	for _, name := range [][]byte{baseEntities, baseKeys, baseEvents} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
@@ -193,16 +193,16 @@ var (
 
 // sdkStore is the bare SDK server's store.
 type sdkStore struct {
-	db            *bolt.DB
+	db            *bbolt.DB
 	last, commits atomic.Int64
 }
 
 func openSDKStore(dir string) (*sdkStore, error) {
-	db, err := bolt.Open(filepath.Join(dir, boltdb.FileName), 0o600, &bolt.Options{PageSize: boltdb.PageSize})
+	db, err := bbolt.Open(filepath.Join(dir, bolt.FileName), 0o600, &bbolt.Options{PageSize: bolt.PageSize})
 	if err != nil {
 		return nil, err
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, name := range [][]byte{sdkProjects, sdkNames} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -221,7 +221,7 @@ func openSDKStore(dir string) (*sdkStore, error) {
 // in one transaction, unless the name is taken: then it reports so and
 // puts nothing.
 func (s *sdkStore) createProject(id, name string, value []byte) (taken bool, err error) {
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx *bbolt.Tx) error {
 		if n := int64(tx.ID()); s.last.Swap(n) != n {
 			s.commits.Add(1)
 		}

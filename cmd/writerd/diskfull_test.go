@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/storage/bolt"
 )
 
 // mustMountTmpfs mounts a tmpfs of size bytes on a new directory and
@@ -120,8 +120,8 @@ func TestDiskFull_ReadyzAndRetryAfter(t *testing.T) {
 	}
 	var e envelope
 	json.Unmarshal([]byte(r.body), &e)
-	if e.Error.Code != "UNAVAILABLE" || e.Error.Retry != "same_key" || e.Error.Message != boltdb.FullMessage {
-		t.Fatalf("the refused write: %s; want UNAVAILABLE, same_key, %q", r.body, boltdb.FullMessage)
+	if e.Error.Code != "UNAVAILABLE" || e.Error.Retry != "same_key" || e.Error.Message != bolt.FullMessage {
+		t.Fatalf("the refused write: %s; want UNAVAILABLE, same_key, %q", r.body, bolt.FullMessage)
 	}
 	mustRetryAfter(t, "the refused write", r)
 	for range 2 { // the probe finds no room, again and again

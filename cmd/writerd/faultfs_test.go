@@ -14,12 +14,12 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/storage/bolt"
 )
 
 // faultFS is a FUSE loopback file system over a directory of the test's
 // own, served by the test process, that fails on purpose one call on the
-// database file (boltdb.FileName) with EIO: the Nth fsync or write from
+// database file (bolt.FileName) with EIO: the Nth fsync or write from
 // when it is armed. The calls after it succeed again, as on a disk whose
 // error passed: the case where a later fsync succeeds over pages the
 // kernel dropped.
@@ -157,7 +157,7 @@ func (n *faultNode) wrap(name string, fh fs.FileHandle) fs.FileHandle {
 	if !ok {
 		return fh
 	}
-	return &faultFile{LoopbackFile: lf, fs: n.fs, db: name == boltdb.FileName}
+	return &faultFile{LoopbackFile: lf, fs: n.fs, db: name == bolt.FileName}
 }
 
 // faultFile is a loopback file whose writes and fsyncs may fail, and

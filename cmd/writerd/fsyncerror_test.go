@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/storage/bolt"
 )
 
 // poisonLog is the message of the one line a store logs when a commit
@@ -141,8 +141,8 @@ func mustBePoisoned(t testing.TB, what string, r reply) {
 	t.Helper()
 	var e envelope
 	json.Unmarshal([]byte(r.body), &e)
-	if r.status != 503 || e.Error.Code != "UNAVAILABLE" || e.Error.Retry != "same_key" || e.Error.Message != boltdb.PoisonedMessage {
-		t.Fatalf("%s: %d %s; want 503 UNAVAILABLE, same_key, %q", what, r.status, r.body, boltdb.PoisonedMessage)
+	if r.status != 503 || e.Error.Code != "UNAVAILABLE" || e.Error.Retry != "same_key" || e.Error.Message != bolt.PoisonedMessage {
+		t.Fatalf("%s: %d %s; want 503 UNAVAILABLE, same_key, %q", what, r.status, r.body, bolt.PoisonedMessage)
 	}
 	mustRetryAfter(t, what, r)
 }

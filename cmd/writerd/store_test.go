@@ -16,9 +16,9 @@ import (
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
 	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
+	"github.com/writerd/writerd/storage/bolt"
+	"github.com/writerd/writerd/storage/bolt/bolttest"
 )
 
 // pathMarker names the data directories of these tests, so that a test
@@ -291,7 +291,7 @@ func TestServe_HeldStore(t *testing.T) {
 	call := `{"idempotency_key":"key-second-1","name":"second"}`
 	for _, res := range []struct{ tool, args string }{{"create_project", call}, {"list_projects", `{}`}} {
 		e := mustFail(t, second.Call(res.tool, res.args), "UNAVAILABLE")
-		if e.Error.Message != boltdb.HeldMessage || e.Error.Retry != "same_key" || e.Error.Status != 503 {
+		if e.Error.Message != bolt.HeldMessage || e.Error.Retry != "same_key" || e.Error.Status != 503 {
 			t.Fatalf("%s on a held store: %+v", res.tool, e.Error)
 		}
 	}

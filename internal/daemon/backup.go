@@ -6,11 +6,11 @@ import (
 	"path/filepath"
 
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
+	"github.com/writerd/writerd/storage/bolt"
 )
 
 // backuper is a store that writes a consistent copy of itself while it
-// serves: the bbolt backend's (boltdb.Storage.Backup, one read
+// serves: the bbolt backend's (bolt.Storage.Backup, one read
 // transaction). It calls begin with the copy's size before it writes
 // any of it to the writer begin returns.
 type backuper interface {
@@ -58,11 +58,11 @@ type BackupFile struct {
 }
 
 // CheckBackup checks that the file at path, a backup just received, is a
-// whole database of writerd's current layout (boltdb.CheckBackup): the
+// whole database of writerd's current layout (bolt.CheckBackup): the
 // file checks a store gets before it is mapped, then bbolt's consistency
 // check. A file that fails is a *DamagedError.
 func CheckBackup(path string) (BackupFile, error) {
-	info, err := boltdb.CheckBackup(path)
+	info, err := bolt.CheckBackup(path)
 	if err != nil {
 		return BackupFile{}, classify(err)
 	}
@@ -72,7 +72,7 @@ func CheckBackup(path string) (BackupFile, error) {
 // HeldFile reports whether a running writerd holds the database file at
 // path, so that a backup is never renamed over a live database; false if
 // there is no file there.
-func HeldFile(path string) (bool, error) { return boltdb.Held(path) }
+func HeldFile(path string) (bool, error) { return bolt.Held(path) }
 
 // StoreFile is the file of the bbolt store in the data directory dir.
-func StoreFile(dir string) string { return filepath.Join(dir, boltdb.FileName) }
+func StoreFile(dir string) string { return filepath.Join(dir, bolt.FileName) }

@@ -15,7 +15,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
+	"github.com/writerd/writerd/storage/bolt/bolttest"
 )
 
 // TestMain keeps every daemon of these tests out of the configuration of

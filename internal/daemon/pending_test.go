@@ -11,8 +11,8 @@ import (
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/bolttest"
+	"github.com/writerd/writerd/storage/bolt"
+	"github.com/writerd/writerd/storage/bolt/bolttest"
 )
 
 var ctx = context.Background()
@@ -84,10 +84,10 @@ func TestPending_OpensWhenFree(t *testing.T) {
 	if p.IsOpen() {
 		t.Fatal("open while another holds the file")
 	}
-	if !errors.Is(p.waitingFor(), boltdb.ErrLocked) {
+	if !errors.Is(p.waitingFor(), bolt.ErrLocked) {
 		t.Fatalf("waiting for %v, want the lock", p.waitingFor())
 	}
-	mustUnavailable(t, p, boltdb.HeldMessage)
+	mustUnavailable(t, p, bolt.HeldMessage)
 
 	release()
 	<-p.Opened()
@@ -156,11 +156,11 @@ func TestPending_GivesUpOnDamage(t *testing.T) {
 		t.Fatalf("open %v, err %v; want the damage", p.IsOpen(), p.Err())
 	}
 	err = p.Update(ctx, put("a"))
-	if pipeline.ErrorCode(err) != pipeline.Unavailable || errors.Is(err, boltdb.ErrLocked) {
+	if pipeline.ErrorCode(err) != pipeline.Unavailable || errors.Is(err, bolt.ErrLocked) {
 		t.Fatalf("Update: %v, want UNAVAILABLE for the damage", err)
 	}
 	var pe *pipeline.Error
-	if errors.As(err, &pe); pe.Message == boltdb.HeldMessage || pe.Err == nil || strings.Contains(pe.Err.Error(), "zzPATHMARKERzz") {
+	if errors.As(err, &pe); pe.Message == bolt.HeldMessage || pe.Err == nil || strings.Contains(pe.Err.Error(), "zzPATHMARKERzz") {
 		t.Fatalf("Update: %q (cause %v), want the closed-store sentence, the cause without the path", pe.Message, pe.Err)
 	}
 }
@@ -185,7 +185,7 @@ func TestPending_Close(t *testing.T) {
 	if p.IsOpen() {
 		t.Fatal("open after Close")
 	}
-	mustUnavailable(t, p, boltdb.HeldMessage)
+	mustUnavailable(t, p, bolt.HeldMessage)
 	if err := holder.Update(ctx, put("a")); err != nil {
 		t.Fatalf("the holder after the Pending closed: %v", err)
 	}

@@ -7,9 +7,9 @@ import (
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 	"github.com/writerd/writerd/pipeline/pgdb"
+	"github.com/writerd/writerd/storage/bolt"
+	"github.com/writerd/writerd/storage/bolt/boltstore"
 )
 
 // Store is an open store of the built-in tools, on whichever backend.
@@ -50,7 +50,7 @@ func (c StoreConfig) Name() string {
 		}
 		return "the PostgreSQL database " + db
 	}
-	return "<data>/" + boltdb.FileName
+	return "<data>/" + bolt.FileName
 }
 
 // Absent says, for an error, that the store holds nothing to read
@@ -124,9 +124,9 @@ func open(ctx context.Context, c StoreConfig) (Store, error) {
 	if c.Postgres() {
 		return openPostgres(ctx, c, false)
 	}
-	s, err := boltdb.OpenStorage(c.Data, boltstore.Domain)
-	if errors.Is(err, boltdb.ErrLocked) {
-		return nil, pipeline.Wrap(pipeline.Unavailable, err, boltdb.HeldMessage)
+	s, err := bolt.OpenStorage(c.Data, boltstore.Domain)
+	if errors.Is(err, bolt.ErrLocked) {
+		return nil, pipeline.Wrap(pipeline.Unavailable, err, bolt.HeldMessage)
 	}
 	if err != nil {
 		return nil, classify(err)
@@ -138,7 +138,7 @@ func open(ctx context.Context, c StoreConfig) (Store, error) {
 // yet, for the error of its last attempt.
 func waitingMessage(err error) string {
 	switch {
-	case errors.Is(err, boltdb.ErrLocked):
+	case errors.Is(err, bolt.ErrLocked):
 		return "store in use by another writerd process; answering tool calls UNAVAILABLE until it exits"
 	case pipeline.ErrorCode(err) == pipeline.Unavailable:
 		return "store cannot be reached; answering tool calls UNAVAILABLE until it can"
@@ -153,7 +153,7 @@ func OpenReadOnly(c StoreConfig) (Store, error) {
 	if c.Postgres() {
 		return openPostgres(context.Background(), c, true)
 	}
-	s, err := boltdb.OpenStorageReadOnly(c.Data, boltstore.Domain)
+	s, err := bolt.OpenStorageReadOnly(c.Data, boltstore.Domain)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -200,17 +200,17 @@ func openPostgres(ctx context.Context, c StoreConfig, readOnly bool) (Store, err
 
 // classify turns a backend's errors of opening into the daemon's.
 func classify(err error) error {
-	var damaged *boltdb.DamagedError
+	var damaged *bolt.DamagedError
 	switch {
 	case errors.Is(err, pgdb.ErrOldSchema):
 		return ErrOldStore
 	case errors.Is(err, pgdb.ErrNoSchema), errors.Is(err, pgdb.ErrNoDatabase):
 		return ErrNoStore
-	case errors.Is(err, boltdb.ErrLocked):
+	case errors.Is(err, bolt.ErrLocked):
 		return ErrHeld
-	case errors.Is(err, boltdb.ErrNoDatabase):
+	case errors.Is(err, bolt.ErrNoDatabase):
 		return ErrNoStore
-	case errors.Is(err, boltdb.ErrOldLayout):
+	case errors.Is(err, bolt.ErrOldLayout):
 		return ErrOldStore
 	case errors.As(err, &damaged):
 		return &DamagedError{Problems: damaged.Problems, err: err}

@@ -20,8 +20,8 @@ import (
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/boltdb"
 	"github.com/writerd/writerd/pipeline/storetest"
+	"github.com/writerd/writerd/storage/bolt"
 )
 
 // backupServer is writerd's HTTP edge on a loopback port with a backup
@@ -152,11 +152,11 @@ func TestBackup_Route(t *testing.T) {
 		t.Errorf("Content-Disposition: %q", cd)
 	}
 	dir := t.TempDir()
-	file := filepath.Join(dir, boltdb.FileName)
+	file := filepath.Join(dir, bolt.FileName)
 	if err := os.WriteFile(file, []byte(r.body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	info, err := boltdb.CheckBackup(file)
+	info, err := bolt.CheckBackup(file)
 	if err != nil || info.Events != 3 {
 		t.Fatalf("CheckBackup: %+v, %v; want a whole database of 3 events", info, err)
 	}

@@ -5,10 +5,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/writerd/writerd/pipeline/boltdb/boltstore"
 	"github.com/writerd/writerd/pipeline/pgdb"
 	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"github.com/writerd/writerd/pipeline/storetest"
+	"github.com/writerd/writerd/storage/bolt/boltstore"
 )
 
 // The backends the suite runs on, each by the constructor of its stores.

@@ -1,0 +1,161 @@
+// Package bolttest damages a bbolt store on purpose, for the tests
+// outside the backend that show what writerd makes of damage: an edited
+// audit log (verify, show), a project changed behind the tools' back
+// (check), a page of the file broken (start-up, check). It writes the
+// file with bbolt itself, or byte by byte, bypassing every store, as
+// someone who can write the file would.
+//
+// It is imported by tests only; it knows the backend's layout (its
+// buckets, how an event is stored, bbolt's pages) so that they need not.
+package bolttest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/writerd/writerd/storage/bolt"
+)
+
+// File is the database file of a data directory.
+func File(dir string) string { return filepath.Join(dir, bolt.FileName) }
+
+// Tx is a bbolt transaction on a stopped store's file, with its buckets
+// by what they hold.
+type Tx struct{ *bbolt.Tx }
+
+// Events is the audit log's events: SeqKey(seq) → the event's stored
+// value (its leaf check, the inner tree hashes its append completed, then
+// its canonical JSON, from JSONStart(seq) on).
+func (tx Tx) Events() *bbolt.Bucket { return tx.Bucket([]byte("audit_events")) }
+
+// Checkpoints is the audit log's signed checkpoints: SeqKey(size) → the
+// note.
+func (tx Tx) Checkpoints() *bbolt.Bucket { return tx.Bucket([]byte("audit_checkpoints")) }
+
+// Projects is the built-in tools' projects: id → the project's JSON.
+func (tx Tx) Projects() *bbolt.Bucket { return tx.Bucket([]byte("projects")) }
+
+// Event returns a copy of event seq's stored value, failing the test if
+// its JSON does not start at JSONStart(seq).
+func (tx Tx) Event(t testing.TB, seq uint64) []byte {
+	t.Helper()
+	v := bytes.Clone(tx.Events().Get(SeqKey(seq)))
+	if start := JSONStart(seq); len(v) <= start || v[start] != '{' {
+		t.Fatalf("event %d's value does not have its JSON at %d: the stored layout changed", seq, start)
+	}
+	return v
+}
+
+// SeqKey is the key of an event or a checkpoint: 8 bytes, big-endian.
+func SeqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+// JSONStart is where the canonical JSON of event seq starts in its stored
+// value: after the 8-byte check of its leaf hash and the inner tree hashes
+// its append completed, whose number follows from its sequence number.
+func JSONStart(seq uint64) int {
+	n := int64(seq)
+	inner := tlog.StoredHashCount(n) - tlog.StoredHashCount(n-1) - 1
+	return 8 + int(inner)*tlog.HashSize
+}
+
+// Update opens the file of a stopped store in dir read-write and changes
+// it with fn, in one bbolt transaction.
+func Update(t testing.TB, dir string, fn func(Tx) error) {
+	t.Helper()
+	db, err := bbolt.Open(File(dir), 0o600, &bbolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bbolt.Tx) error { return fn(Tx{tx}) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Pages is where a stopped store's file keeps what the damage tests
+// break, as bbolt lays it out: every page begins with a 16-byte header
+// (id, flags, count, overflow), pages 0 and 1 are the meta pages, and the
+// elements of a branch or leaf page follow its header, 16 bytes each.
+type Pages struct {
+	Path     string
+	PageSize int64
+	HWM      int64  // pages in use
+	Branch   uint64 // the projects bucket's root, a branch page
+	Leaf     uint64 // its first child, a leaf page
+	Older    int64  // the meta page bbolt does not use
+}
+
+var native = binary.NativeEndian
+
+// FindPages reads where the pages are in the file of a stopped store in
+// dir, whose projects bucket must span a branch page over leaves.
+func FindPages(t testing.TB, dir string) Pages {
+	t.Helper()
+	p := Pages{Path: File(dir)}
+	db, err := bbolt.Open(p.Path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.PageSize = int64(db.Info().PageSize)
+	db.View(func(tx *bbolt.Tx) error {
+		p.HWM = tx.Size() / p.PageSize
+		p.Branch = uint64(tx.Bucket([]byte("projects")).Root())
+		return nil
+	})
+	db.Close()
+	b := p.Read(t)
+	if flags := native.Uint16(b[int64(p.Branch)*p.PageSize+8:]); flags != 0x01 {
+		t.Fatalf("the projects bucket's root, page %d, has flags %#x, want a branch page", p.Branch, flags)
+	}
+	p.Leaf = native.Uint64(b[int64(p.Branch)*p.PageSize+16+8:])
+	if native.Uint64(b[16+48:]) > native.Uint64(b[p.PageSize+16+48:]) { // txids
+		p.Older = 1
+	}
+	return p
+}
+
+// Read returns the whole file.
+func (p Pages) Read(t testing.TB) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Patch writes b at page id, offset off.
+func (p Pages) Patch(t testing.TB, id uint64, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(p.Path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, int64(id)*p.PageSize+off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Value returns the offset, in its page, of the value of a leaf element.
+func (p Pages) Value(t testing.TB, leaf uint64, element int64) int64 {
+	t.Helper()
+	b := p.Read(t)
+	e := int64(leaf)*p.PageSize + 16 + 16*element
+	return 16 + 16*element + int64(native.Uint32(b[e+4:])) + int64(native.Uint32(b[e+8:]))
+}
+
+// Truncate cuts the file to size bytes.
+func (p Pages) Truncate(t testing.TB, size int64) {
+	t.Helper()
+	if err := os.Truncate(p.Path, size); err != nil {
+		t.Fatal(err)
+	}
+}

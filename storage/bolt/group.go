@@ -1,0 +1,260 @@
+package bolt
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/storage/bolt/kv"
+)
+
+// MaxBatch bounds the writes one transaction commits.
+const MaxBatch = 256
+
+// Group commit, without a timer: every fsync is shared by as many writes as
+// arrived while the previous one ran. A lone write commits at once, as
+// bbolt's Update would; while a commit is in flight, every write that
+// arrives joins the next transaction, up to MaxBatch. Each write runs in
+// its turn, in arrival order, against the state the writes before it left,
+// so two writes that conflict (one name, one revision) are decided exactly
+// as if committed one by one; and each behind a savepoint (package kv), so
+// that a write that fails or panics rolls back its own changes only and
+// never re-runs or disturbs the others. All are answered once the
+// transaction holding them is durable, or has failed.
+//
+// A commit that fails is told apart by its cause (refuse.go): a full disk
+// is transient, and the committer goes on trying the writes that come;
+// any other failure to write or sync the file poisons the committer,
+// which then attempts no commit at all until the database is opened
+// again.
+
+// unit is one write waiting for its turn, or Ready's probe (fn nil).
+type unit struct {
+	fn    func(*kv.Tx) error
+	probe bool
+	err   error
+	done  chan struct{}
+}
+
+// committer runs the writes of one database.
+type committer struct {
+	db       *bolt.DB
+	file     *os.File // bbolt's own, for the probe's reservation
+	dir      string
+	queue    chan *unit
+	quit     chan struct{} // closed to stop the loop
+	stopped  chan struct{} // closed when the loop has returned
+	stopOnce sync.Once
+
+	// full is the answer of the last commit refused for want of space,
+	// until a commit or a probe succeeds; poisoned, once set, answers
+	// every write and read until the database is opened again
+	// (refuse.go).
+	full     atomic.Pointer[pipeline.Error]
+	poisoned atomic.Pointer[pipeline.Error]
+
+	mu       sync.Mutex
+	observer func(d time.Duration, writes int)
+	log      *slog.Logger
+}
+
+func newCommitter(db *bolt.DB, file *os.File, dir string) *committer {
+	c := &committer{db: db, file: file, dir: dir, queue: make(chan *unit, MaxBatch),
+		quit: make(chan struct{}), stopped: make(chan struct{})}
+	go c.loop()
+	return c
+}
+
+// errClosed answers a write that came after the database closed.
+var errClosed = pipeline.Wrap(pipeline.Unavailable, bolterrors.ErrDatabaseNotOpen, "The store is closed; send the call again with the same key later.")
+
+// write queues fn and waits for its outcome: fn's own error (its changes
+// rolled back), the commit's error, or nil once committed durably.
+func (c *committer) write(ctx context.Context, fn func(*kv.Tx) error) error {
+	return c.submit(ctx, &unit{fn: fn, done: make(chan struct{})})
+}
+
+// submit queues u and waits for its answer. A poisoned committer answers
+// at once, queueing nothing.
+func (c *committer) submit(ctx context.Context, u *unit) error {
+	if e := c.poisoned.Load(); e != nil {
+		return e
+	}
+	select {
+	case <-c.quit:
+		return errClosed
+	default:
+	}
+	select {
+	case c.queue <- u:
+	case <-c.quit:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, the write is answered whatever happens: it may be
+	// committed even if ctx ends meanwhile. If the loop stopped before
+	// taking it, it never ran.
+	select {
+	case <-u.done:
+		return u.err
+	case <-c.stopped:
+		select {
+		case <-u.done:
+			return u.err
+		default:
+			return errClosed
+		}
+	}
+}
+
+func (c *committer) loop() {
+	defer close(c.stopped)
+	batch := make([]*unit, 0, MaxBatch)
+	for {
+		select {
+		case u := <-c.queue:
+			batch = append(batch[:0], u)
+		case <-c.quit:
+			c.drain()
+			return
+		}
+	more:
+		for len(batch) < MaxBatch {
+			select {
+			case u := <-c.queue:
+				batch = append(batch, u)
+			default:
+				break more
+			}
+		}
+		c.commit(batch)
+		// Forget the batch: a write's fn holds its transaction, and with
+		// it every page bbolt read or wrote in it, until overwritten.
+		clear(batch)
+	}
+}
+
+// commit runs a batch in one transaction and answers its writes. A
+// poisoned committer answers them without a transaction; while the disk
+// is full, Ready's probes in the batch reserve room instead of committing
+// (probe).
+func (c *committer) commit(batch []*unit) {
+	if e := c.poisoned.Load(); e != nil {
+		answer(batch, e)
+		return
+	}
+	if c.full.Load() != nil {
+		if batch = c.probe(batch); len(batch) == 0 {
+			return
+		}
+	}
+	start := time.Now()
+	ran, err := c.transact(batch)
+	if err == nil {
+		// A failed commit committed nothing, and is not observed: the
+		// observers (the metrics, the checkpointer's wake-up) count
+		// what reached the disk.
+		c.observe(time.Since(start), ran)
+		if ran > 0 {
+			c.full.Store(nil) // writes succeed again
+		}
+	}
+	for _, u := range batch {
+		if err != nil && u.err == nil {
+			u.err = err
+		}
+		close(u.done)
+	}
+}
+
+// transact runs the batch's writes in one bbolt transaction and commits
+// it. It returns how many of the writes ran without error, and the
+// error of the transaction as its writes are answered: a commit that
+// failed is classified by commitFailed, which may poison the committer.
+// A probe (fn nil) writes nothing.
+func (c *committer) transact(batch []*unit) (ran int, err error) {
+	btx, err := c.db.Begin(true)
+	if err != nil {
+		return 0, classify(redact(c.dir, err))
+	}
+	defer func() {
+		if btx.DB() != nil {
+			btx.Rollback()
+		}
+	}()
+	tx := kv.Wrap(btx)
+	for _, u := range batch {
+		if u.fn == nil {
+			continue
+		}
+		sp := tx.Savepoint()
+		if u.err = runUnit(u.fn, tx); u.err != nil {
+			if err := tx.RollbackTo(sp); err != nil {
+				return 0, fmt.Errorf("boltdb: roll back a failed write: %w", err)
+			}
+			continue
+		}
+		ran++
+	}
+	if err := btx.Commit(); err != nil {
+		return 0, c.commitFailed(err)
+	}
+	return ran, nil
+}
+
+// answer answers every unit of a batch with err.
+func answer(batch []*unit, err error) {
+	for _, u := range batch {
+		u.err = err
+		close(u.done)
+	}
+}
+
+// runUnit runs a write's fn, turning a panic into an error.
+func runUnit(fn func(*kv.Tx) error, tx *kv.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return fn(tx)
+}
+
+// drain answers the writes still queued when the database closes.
+func (c *committer) drain() {
+	for {
+		select {
+		case u := <-c.queue:
+			u.err = errClosed
+			close(u.done)
+		default:
+			return
+		}
+	}
+}
+
+// stop ends the loop after the batch in flight, answering the rest
+// UNAVAILABLE.
+func (c *committer) stop() {
+	c.stopOnce.Do(func() { close(c.quit) })
+	<-c.stopped
+}
+
+func (c *committer) observe(d time.Duration, writes int) {
+	c.mu.Lock()
+	f := c.observer
+	c.mu.Unlock()
+	if f != nil {
+		f(d, writes)
+	}
+}
