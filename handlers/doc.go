@@ -16,7 +16,7 @@
 // Op.Touch for the audit event.
 //
 // The Store interface is owned here, so that each backend implements it
-// beside its own storage (storage/bolt/boltstore, pipeline/pgdb)
+// beside its own storage (storage/bolt/boltstore, storage/postgres)
 // without touching the handlers.
 //
 // Semantics worth knowing:

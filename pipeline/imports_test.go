@@ -15,7 +15,7 @@ const module = "github.com/writerd/writerd"
 
 // backends are the backends' subtrees; drivers, their database drivers.
 var (
-	backends = []string{module + "/storage/bolt", module + "/pipeline/pgdb"}
+	backends = []string{module + "/storage/bolt", module + "/storage/postgres"}
 	drivers  = []string{"go.etcd.io/bbolt", "github.com/jackc/pgx"}
 )
 
@@ -31,7 +31,7 @@ func isDatabase(path string) bool {
 }
 
 // Ensure no production code outside a backend's subtree
-// (storage/bolt/..., pipeline/pgdb/...) imports a database driver or a
+// (storage/bolt/..., storage/postgres/...) imports a database driver or a
 // backend, but the one assembly (internal/daemon), which chooses the
 // store, and writerd bench's raw-store baselines
 // (cmd/writerd/bench_baseline.go), which measure bbolt itself: every

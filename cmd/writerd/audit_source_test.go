@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // Ensure every audit command prints the same against a running daemon

@@ -16,7 +16,7 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // auditTokens are the tokens of a daemon that audit tests run: one that

@@ -19,8 +19,8 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"github.com/writerd/writerd/storage/bolt/bolttest"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // mustVerifyFails runs verify on a data directory and checks that it

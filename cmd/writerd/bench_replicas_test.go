@@ -13,7 +13,7 @@ import (
 	"testing"
 	"text/tabwriter"
 
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // benchEnv set to "replicas" runs TestBench_Replicas; WRITERD_BENCH_DURATION

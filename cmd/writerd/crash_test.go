@@ -9,7 +9,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // Ensure a kill -9 while 8 clients write loses no acknowledged write: after

@@ -23,9 +23,9 @@ import (
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/pgdb"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"github.com/writerd/writerd/pipeline/storetest"
+	"github.com/writerd/writerd/storage/postgres"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -36,7 +36,7 @@ var binary, testBinary string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	pgtest.Migrate(pgdb.Migrate)
+	pgtest.Migrate(postgres.Migrate)
 	dir, err := os.MkdirTemp("", "writerd-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -27,7 +27,7 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // trialsEnv set to "long" runs the long versions of the trials.

@@ -17,8 +17,8 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"github.com/writerd/writerd/storage/bolt/bolttest"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // The daemon's self-check, end to end: a daemon that signed a log refuses

@@ -16,9 +16,9 @@ import (
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"github.com/writerd/writerd/storage/bolt"
 	"github.com/writerd/writerd/storage/bolt/bolttest"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // pathMarker names the data directories of these tests, so that a test

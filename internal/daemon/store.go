@@ -7,9 +7,9 @@ import (
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/pgdb"
 	"github.com/writerd/writerd/storage/bolt"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/postgres"
 )
 
 // Store is an open store of the built-in tools, on whichever backend.
@@ -41,7 +41,7 @@ func (c StoreConfig) Postgres() bool { return c.URL != "" }
 // Name names the store in messages, without its path or its URL.
 func (c StoreConfig) Name() string {
 	if c.Postgres() {
-		db, err := pgdb.ParseURL(c.URL)
+		db, err := postgres.ParseURL(c.URL)
 		if c.Database != "" {
 			db = c.Database
 		}
@@ -62,15 +62,15 @@ func (c StoreConfig) Absent() string {
 	return c.Name() + " does not exist (nothing was created); --data names a writerd data directory"
 }
 
-func (c StoreConfig) pgdb(readOnly bool) pgdb.Config {
-	return pgdb.Config{URL: c.URL, Password: c.Password, Database: c.Database, ReadOnly: readOnly}
+func (c StoreConfig) pgdb(readOnly bool) postgres.Config {
+	return postgres.Config{URL: c.URL, Password: c.Password, Database: c.Database, ReadOnly: readOnly}
 }
 
 // ScratchDatabase makes a new database on the PostgreSQL server c names,
 // for a run of its own (writerd bench), and returns its store's config
 // and a function that drops it.
 func ScratchDatabase(ctx context.Context, c StoreConfig) (StoreConfig, func() error, error) {
-	pc, drop, err := pgdb.Scratch(ctx, c.pgdb(false))
+	pc, drop, err := postgres.Scratch(ctx, c.pgdb(false))
 	if err != nil {
 		return c, nil, err
 	}
@@ -81,7 +81,7 @@ func ScratchDatabase(ctx context.Context, c StoreConfig) (StoreConfig, func() er
 // CheckURL refuses a --store that is no PostgreSQL connection string,
 // without repeating it.
 func CheckURL(url string) error {
-	_, err := pgdb.ParseURL(url)
+	_, err := postgres.ParseURL(url)
 	return err
 }
 
@@ -174,9 +174,9 @@ var ErrOtherOrigin = errors.New("the audit signing key is not the one the store'
 // openPostgres opens a PostgreSQL store and, but read-only, records the
 // log's origin, refusing a key of another.
 func openPostgres(ctx context.Context, c StoreConfig, readOnly bool) (Store, error) {
-	s, err := pgdb.Open(ctx, c.pgdb(readOnly))
+	s, err := postgres.Open(ctx, c.pgdb(readOnly))
 	if err != nil {
-		if errors.Is(err, pgdb.ErrNoDatabase) && !readOnly {
+		if errors.Is(err, postgres.ErrNoDatabase) && !readOnly {
 			return nil, errors.New(c.Name() + " does not exist: create it first, owned by the role writerd connects as (CREATE DATABASE … OWNER …); writerd creates its schema in it")
 		}
 		if readOnly && pipeline.ErrorCode(err) == pipeline.Unavailable {
@@ -202,9 +202,9 @@ func openPostgres(ctx context.Context, c StoreConfig, readOnly bool) (Store, err
 func classify(err error) error {
 	var damaged *bolt.DamagedError
 	switch {
-	case errors.Is(err, pgdb.ErrOldSchema):
+	case errors.Is(err, postgres.ErrOldSchema):
 		return ErrOldStore
-	case errors.Is(err, pgdb.ErrNoSchema), errors.Is(err, pgdb.ErrNoDatabase):
+	case errors.Is(err, postgres.ErrNoSchema), errors.Is(err, postgres.ErrNoDatabase):
 		return ErrNoStore
 	case errors.Is(err, bolt.ErrLocked):
 		return ErrHeld

@@ -5,16 +5,16 @@ import (
 	"os"
 	"testing"
 
-	"github.com/writerd/writerd/pipeline/pgdb"
-	"github.com/writerd/writerd/pipeline/pgdb/pgtest"
 	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/postgres"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // The backends the suite runs on, each by the constructor of its stores.
 
 func TestMain(m *testing.M) {
-	pgtest.Migrate(pgdb.Migrate)
+	pgtest.Migrate(postgres.Migrate)
 	os.Exit(pgtest.Main(m))
 }
 
@@ -27,6 +27,6 @@ func TestPostgres(t *testing.T) {
 	pgtest.URL(t) // skips, or fails if required, without a server
 	storetest.Run(t, func(t testing.TB) storetest.Opener {
 		url := pgtest.Database(t)
-		return func() (storetest.Store, error) { return pgdb.Open(context.Background(), pgdb.Config{URL: url}) }
+		return func() (storetest.Store, error) { return postgres.Open(context.Background(), postgres.Config{URL: url}) }
 	})
 }

@@ -1,4 +1,4 @@
-// Package pgdb is writerd's PostgreSQL backend: the store of the built-in
+// Package postgres is writerd's PostgreSQL backend: the store of the built-in
 // tools on one database, which any number of writerd processes (replicas)
 // share, keeping every promise one process on bbolt keeps
 // (docs/DESIGN.md section 13, and the schema in section 14).
@@ -32,4 +32,4 @@
 // commits a synchronous standby has confirmed, or a failover can fork the
 // log; run with synchronous_commit = on and synchronous_standby_names
 // set, or sign no checkpoint on a primary whose standby lags.
-package pgdb
+package postgres

@@ -57,7 +57,7 @@ var (
 	dbN  int
 )
 
-// Migrate sets how a template database is migrated: pgdb.Migrate. The
+// Migrate sets how a template database is migrated: postgres.Migrate. The
 // tests that use Database set it once, so that this package needs no
 // import of the backend.
 func Migrate(fn func(ctx context.Context, url string) error) { migrate = fn }
