@@ -8,7 +8,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 const (

@@ -17,8 +17,8 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 // The backend the tools' tests run on, named here alone: boltstore's,

@@ -25,7 +25,7 @@ import (
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

@@ -15,7 +15,7 @@ import (
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 // stdio is writerd's MCP server on the Stdio transport over pipes, with the

@@ -12,8 +12,8 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 // A put_note with "fail": "slow" signals slowStarted once it runs, then

@@ -22,8 +22,8 @@ import (
 	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 // protocol is a log on a real store, read two ways: Local, and a Client of

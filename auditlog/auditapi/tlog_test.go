@@ -21,8 +21,8 @@ import (
 	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 // tlogServer is a log on a real bbolt store served on a loopback port

@@ -22,8 +22,8 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 // testLog is an audit log on a real bbolt store, written through the real

@@ -21,9 +21,9 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/bolt"
 	"github.com/writerd/writerd/storage/postgres/pgtest"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 // loadWriter drives create_project over the direct API, each call with a

@@ -23,9 +23,9 @@ import (
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/postgres"
 	"github.com/writerd/writerd/storage/postgres/pgtest"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

@@ -20,8 +20,8 @@ import (
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/bolt"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 // backupServer is writerd's HTTP edge on a loopback port with a backup

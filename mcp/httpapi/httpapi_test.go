@@ -24,7 +24,7 @@ import (
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
-	"github.com/writerd/writerd/pipeline/storetest"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 const marker = "zzMARKERzz"

@@ -14,7 +14,7 @@
 // its transactions binds the key store, the audit log and the domain
 // store D to one *kv.Tx, and it gives a daemon readiness, the commits and
 // the physical checks. It passes the conformance suite
-// (pipeline/storetest).
+// (storage/storetest).
 //
 // bbolt maps the file and trusts it: a truncated file or a damaged page
 // faults (SIGBUS, SIGSEGV), which no recover can catch. So Open and

@@ -112,7 +112,7 @@ func holdCommitter(t testing.TB, db *bolt.DB) (release func()) {
 // transaction beside it is not disturbed: the committer turns each
 // write's panic into that write's error, and neither the batch nor the
 // process ends. (The conformance suite holds the same promise through the
-// interfaces, pipeline/storetest's UpdateRollsBackOnlyItsOwn; here it is
+// interfaces, storage/storetest's UpdateRollsBackOnlyItsOwn; here it is
 // shown in one bbolt transaction.)
 func TestUpdate_PanicInABatch(t *testing.T) {
 	db := MustOpen(t, t.TempDir())

@@ -5,7 +5,7 @@
 //
 // Open connects a pool, applies the embedded migrations under an advisory
 // lock, and returns a pipeline.Store. It passes the conformance suite
-// (pipeline/storetest).
+// (storage/storetest).
 //
 //   - Keys across replicas: a write claims its key with a
 //     transaction-scoped advisory lock, then reads the key's record, so

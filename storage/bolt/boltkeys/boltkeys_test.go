@@ -107,7 +107,7 @@ func record(principal, key, digest string, expires time.Time) *idempotency.Recor
 
 // The promises of the key store every backend keeps (records come back
 // as stored, keys are per principal, collection's steps and edges) are
-// the conformance suite's (pipeline/storetest); these tests hold bbolt's
+// the conformance suite's (storage/storetest); these tests hold bbolt's
 // layout.
 
 // Ensure the index joins principal and key with a 0x00 byte, so that "a"

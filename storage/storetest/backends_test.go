@@ -5,10 +5,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/writerd/writerd/pipeline/storetest"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
 	"github.com/writerd/writerd/storage/postgres"
 	"github.com/writerd/writerd/storage/postgres/pgtest"
+	"github.com/writerd/writerd/storage/storetest"
 )
 
 // The backends the suite runs on, each by the constructor of its stores.
