@@ -20,9 +20,9 @@ import (
 	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/auditlog/console"
 	"github.com/writerd/writerd/auditlog/witness"
+	"github.com/writerd/writerd/auth"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
-	"github.com/writerd/writerd/mcp/auth"
 	"github.com/writerd/writerd/pipeline"
 )
 

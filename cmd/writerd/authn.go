@@ -10,9 +10,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/writerd/writerd/auth"
+	"github.com/writerd/writerd/auth/oauth"
 	"github.com/writerd/writerd/internal/daemon"
-	"github.com/writerd/writerd/mcp/auth"
-	"github.com/writerd/writerd/mcp/auth/oauth"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 )

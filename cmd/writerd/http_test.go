@@ -19,7 +19,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/writerd/writerd/mcp/auth"
+	"github.com/writerd/writerd/auth"
 	"github.com/writerd/writerd/pipeline"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/writerd/writerd/mcp/auth/oauth/oauthtest"
+	"github.com/writerd/writerd/auth/oauth/oauthtest"
 	"github.com/writerd/writerd/pipeline"
 )
 

@@ -14,11 +14,11 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/witness"
+	"github.com/writerd/writerd/auth/oauth"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/mcp"
-	"github.com/writerd/writerd/mcp/auth/oauth"
 	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
 )

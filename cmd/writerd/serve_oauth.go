@@ -4,8 +4,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/writerd/writerd/mcp/auth"
-	"github.com/writerd/writerd/mcp/auth/oauth"
+	"github.com/writerd/writerd/auth"
+	"github.com/writerd/writerd/auth/oauth"
 	"github.com/writerd/writerd/pipeline"
 )
 

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/writerd/writerd/mcp/auth"
+	"github.com/writerd/writerd/auth"
 	"github.com/writerd/writerd/pipeline"
 )
 

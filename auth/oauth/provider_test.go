@@ -11,9 +11,9 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/writerd/writerd/mcp/auth"
-	"github.com/writerd/writerd/mcp/auth/oauth"
-	"github.com/writerd/writerd/mcp/auth/oauth/oauthtest"
+	"github.com/writerd/writerd/auth"
+	"github.com/writerd/writerd/auth/oauth"
+	"github.com/writerd/writerd/auth/oauth/oauthtest"
 	"github.com/writerd/writerd/pipeline"
 )
 

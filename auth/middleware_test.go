@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/writerd/writerd/mcp/auth"
+	"github.com/writerd/writerd/auth"
 	"github.com/writerd/writerd/pipeline"
 )
 

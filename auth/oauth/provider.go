@@ -12,7 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
-	"github.com/writerd/writerd/mcp/auth"
+	"github.com/writerd/writerd/auth"
 	"github.com/writerd/writerd/pipeline"
 )
 

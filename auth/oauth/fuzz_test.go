@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/writerd/writerd/mcp/auth"
-	"github.com/writerd/writerd/mcp/auth/oauth"
-	"github.com/writerd/writerd/mcp/auth/oauth/oauthtest"
+	"github.com/writerd/writerd/auth"
+	"github.com/writerd/writerd/auth/oauth"
+	"github.com/writerd/writerd/auth/oauth/oauthtest"
 )
 
 // FuzzCheck: whatever a bearer credential holds, Check answers a caller

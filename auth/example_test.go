@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/writerd/writerd/mcp/auth"
+	"github.com/writerd/writerd/auth"
 	"github.com/writerd/writerd/pipeline"
 )
 
