@@ -98,7 +98,7 @@ func TestImports_NoDatabase(t *testing.T) {
 		checked = append(checked, rel)
 	}
 	slices.Sort(checked)
-	if len(checked) < 10 || !slices.Contains(checked, "mcp/httpapi") || !slices.Contains(checked, "pipeline") {
+	if len(checked) < 10 || !slices.Contains(checked, "httpapi") || !slices.Contains(checked, "pipeline") {
 		t.Fatalf("checked %v: not every package", checked)
 	}
 	t.Logf("without a database: %s", strings.Join(checked, ", "))

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
+	"github.com/writerd/writerd/httpapi/auditapi"
 )
 
 // auditShow is writerd audit show: one event, and its inclusion in the

@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
+	"github.com/writerd/writerd/httpapi/auditapi"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
 )

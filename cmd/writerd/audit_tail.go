@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
+	"github.com/writerd/writerd/httpapi/auditapi"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
 )

@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
-	"github.com/writerd/writerd/mcp/httpapi"
 )
 
 // BackupCommand is writerd backup: a consistent copy of a bbolt store,

@@ -16,10 +16,10 @@ import (
 	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/auth/oauth"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/mcp"
-	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
 )
 

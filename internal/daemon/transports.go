@@ -11,11 +11,11 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/writerd/writerd/auditlog/auditapi"
-	"github.com/writerd/writerd/auditlog/console"
 	"github.com/writerd/writerd/auditlog/witness"
+	"github.com/writerd/writerd/httpapi"
+	"github.com/writerd/writerd/httpapi/auditapi"
+	"github.com/writerd/writerd/httpapi/console"
 	"github.com/writerd/writerd/mcp"
-	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
 )
 

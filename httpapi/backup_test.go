@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/internal/daemon"
-	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt"
 	"github.com/writerd/writerd/storage/storetest"

@@ -42,7 +42,7 @@ func (c *Client) Close() error {
 }
 
 // NotServed begins the message of the 404 a writerd daemon answers for a
-// path it does not serve (mcp/httpapi writes it), as against the audit
+// path it does not serve (httpapi writes it), as against the audit
 // API's own 404s (an event or a checkpoint the log does not hold): the
 // client tells them apart by it.
 const NotServed = "There is nothing at this path"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/console"
+	"github.com/writerd/writerd/httpapi/console"
 	"github.com/writerd/writerd/pipeline"
 )
 

@@ -18,8 +18,8 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/httpapi/auditapi"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
 	"github.com/writerd/writerd/storage/storetest"

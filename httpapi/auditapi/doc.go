@@ -15,6 +15,6 @@
 // caller without the audit scope; it is read-only. Below /v1/audit/tlog/
 // it serves the log as C2SP tlog-tiles (tlog.go), which TlogPublic opens
 // to callers without a token. The package imports no
-// storage: the daemon's HTTP edge (mcp/httpapi) mounts the server's
+// storage: the daemon's HTTP edge (httpapi) mounts the server's
 // routes behind its own authentication.
 package auditapi

@@ -20,9 +20,9 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/mcp"
-	"github.com/writerd/writerd/mcp/httpapi"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/storetest"
 )

@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
-	"github.com/writerd/writerd/auditlog/console"
 	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/auth"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/httpapi/auditapi"
+	"github.com/writerd/writerd/httpapi/console"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
 )

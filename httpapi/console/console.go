@@ -18,8 +18,8 @@ import (
 	"unicode"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/auditlog/witness"
+	"github.com/writerd/writerd/httpapi/auditapi"
 	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/pipeline"
 )

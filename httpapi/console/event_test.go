@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
-	"github.com/writerd/writerd/auditlog/console"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/httpapi/auditapi"
+	"github.com/writerd/writerd/httpapi/console"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
 	"github.com/writerd/writerd/storage/bolt/bolttest"

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/digest"
+	"github.com/writerd/writerd/httpapi/auditapi"
 	"github.com/writerd/writerd/pipeline"
 )
 

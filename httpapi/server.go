@@ -20,8 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
-	"github.com/writerd/writerd/auditlog/console"
+	"github.com/writerd/writerd/httpapi/auditapi"
+	"github.com/writerd/writerd/httpapi/console"
 	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
@@ -54,7 +54,7 @@ type Config struct {
 	// Backup is served at GET /v1/admin/backup to callers with the admin scope (backup.go); nil serves no route.
 	Backup Backup
 	// Console is the audit console, served under /ui/ to browsers signed
-	// in with an audit token (package auditlog/console: its own sessions,
+	// in with an audit token (package httpapi/console: its own sessions,
 	// not Authenticate); nil serves none.
 	Console *console.Console
 	// ProtectedResource, with OAuth, is served to anyone at its paths;

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/httpapi/auditapi"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
 )

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/httpapi/auditapi"
 	"github.com/writerd/writerd/pipeline"
 )
 

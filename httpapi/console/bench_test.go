@@ -14,9 +14,9 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
-	"github.com/writerd/writerd/auditlog/console"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/httpapi/auditapi"
+	"github.com/writerd/writerd/httpapi/console"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
+	"github.com/writerd/writerd/httpapi/auditapi"
 )
 
 // Bounds of the activity counts.

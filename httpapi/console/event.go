@@ -12,7 +12,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
-	"github.com/writerd/writerd/auditlog/auditapi"
+	"github.com/writerd/writerd/httpapi/auditapi"
 )
 
 // member is one member of an event, and where it links, if anywhere.
