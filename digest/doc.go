@@ -49,10 +49,12 @@
 //     becomes 4.5 and -0 becomes 0. Numbers that round to the same double
 //     share a digest; integers beyond ±(2^53−1) lose precision silently, e.g.
 //     9007199254740993 canonicalizes as 9007199254740992.
-//   - The package relies on the strict parse to have refused such integers,
-//     lone surrogates, invalid UTF-8 and duplicate member names. It still
-//     returns an error rather than panicking on any input that is not valid
-//     JSON (and, for [CanonicalArgs], not an object), but the strict parse is
-//     the place that decides what a request may contain.
+//   - The package itself refuses what no canonical form can hold: invalid
+//     UTF-8, lone surrogate escapes and duplicate member names (ErrSurrogate,
+//     ErrDuplicate), and numbers beyond the double range; it returns an
+//     error rather than panicking on any input that is not valid JSON (and,
+//     for [CanonicalArgs], not an object). It does not refuse integers
+//     beyond ±(2^53−1): the strict parse's Visitor does, and the strict
+//     parse is the place that decides what a request may contain.
 //   - The functions are pure: they read only their arguments and never modify them.
 package digest

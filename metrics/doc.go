@@ -10,6 +10,7 @@
 // All methods are safe on a nil *Metrics, which counts nothing: a pipeline
 // embedded without metrics needs no stand-in.
 //
-// Caveat: nothing serves these yet; /metrics and the transport error
-// counters come with the HTTP transport.
+// The package serves nothing itself: the HTTP edge (package httpapi)
+// serves the registry at /metrics, and a daemon on stdio alone exposes no
+// metrics.
 package metrics

@@ -27,10 +27,12 @@
 // decoding, and lays them out as the tape the schema check walks.
 // Messages name the argument by JSON Pointer and the rule it broke, never a
 // value the caller sent; a pointer stops before any member name the schema
-// does not define, since such a name is the caller's text too.
+// does not define, since such a name is the caller's text too. The
+// reference validator is linked into the tests alone.
 //
-// Writes commit through one function, Pipeline.update, so that group commit
-// can replace it. A successful write commits the handler's change, its
+// Writes commit through one function, Pipeline.update, which hands each
+// to Storage.Update: the backend may commit it in a group with others
+// (group commit, in storage/internal), and measures its commits. A successful write commits the handler's change, its
 // idempotency record and its audit event in one transaction, with the
 // call's time taken inside it, so that audit times follow commit order. A
 // failed write rolls the handler's change back and commits a failure

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"sync"
 	"testing"
 
 	validator "github.com/santhosh-tekuri/jsonschema/v6"
@@ -44,14 +45,26 @@ func CompileSchema(raw []byte) error {
 func CheckResult(t *ToolInfo, b []byte) error { return t.checkResult(b) }
 
 // ReferenceCheckResult is the output check with the reference validator,
-// as dispatch makes it.
+// the check dispatch made before checkResult.
 func ReferenceCheckResult(t *ToolInfo, b []byte) error {
+	s, ok := referenceOutputs.Load(t)
+	if !ok {
+		compiled, err := compileReference(t.Name+".output.json", t.OutputSchema)
+		if err != nil {
+			return err
+		}
+		s, _ = referenceOutputs.LoadOrStore(t, compiled)
+	}
 	v, err := validator.UnmarshalJSON(bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
-	return t.output.Validate(v)
+	return s.(*validator.Schema).Validate(v)
 }
+
+// referenceOutputs caches each tool's output schema compiled for the
+// reference validator.
+var referenceOutputs sync.Map // *ToolInfo → *validator.Schema
 
 // ReferenceCheck is check as the strict parse made it before its own
 // checker: the token scan and tree, then the reference validator.

@@ -283,3 +283,16 @@ func (t *ToolInfo) refRuleError(e *validator.ValidationError) *Error {
 		return Errorf(InvalidInput, "%s breaks the rule %s of the schema.", at, strings.Join(e.ErrorKind.KeywordPath(), "/"))
 	}
 }
+
+// compileReference compiles a schema for the reference validator.
+func compileReference(name string, raw []byte) (*validator.Schema, error) {
+	doc, err := validator.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	c := validator.NewCompiler()
+	if err := c.AddResource(name, doc); err != nil {
+		return nil, err
+	}
+	return c.Compile(name)
+}

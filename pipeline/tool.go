@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/invopop/jsonschema"
 	"github.com/oklog/ulid/v2"
-	validator "github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/writerd/writerd/auditlog"
 )
@@ -108,10 +106,9 @@ type ToolInfo struct {
 	InputSchema  json.RawMessage
 	OutputSchema json.RawMessage
 
-	input    *schema           // enforced by the strict parse
-	output   *validator.Schema // checked before a result is committed
-	result   *schema           // the output schema, for checkResult
-	names    map[string]bool   // every member name the input schema defines
+	input    *schema         // enforced by the strict parse
+	result   *schema         // the output schema, checked by dispatch before the write commits
+	names    map[string]bool // every member name the input schema defines
 	newInput func() any
 }
 
@@ -169,7 +166,7 @@ func Define[D, In, Out any](s Spec[D, In, Out]) (*Tool[D], error) {
 	if t.input, err = compileSchema(t.InputSchema); err != nil {
 		return nil, fmt.Errorf("pipeline: tool %s: input %w", s.Name, err)
 	}
-	if t.OutputSchema, t.output, err = schemaFor[Out](s.Name + ".output.json"); err != nil {
+	if t.OutputSchema, err = generateSchema[Out](); err != nil {
 		return nil, fmt.Errorf("pipeline: tool %s: output schema: %w", s.Name, err)
 	}
 	if t.result, err = compileSchema(t.OutputSchema); err != nil {
@@ -214,30 +211,6 @@ func generateSchema[T any]() (json.RawMessage, error) {
 	s := reflector.ReflectFromType(reflect.TypeFor[T]())
 	boundIntegers(s)
 	return json.Marshal(s)
-}
-
-// schemaFor generates the schema of a Go type and compiles it for
-// santhosh-tekuri/jsonschema (the output check).
-func schemaFor[T any](name string) (json.RawMessage, *validator.Schema, error) {
-	raw, err := generateSchema[T]()
-	if err != nil {
-		return nil, nil, err
-	}
-	compiled, err := compileReference(name, raw)
-	return raw, compiled, err
-}
-
-// compileReference compiles a schema for santhosh-tekuri/jsonschema.
-func compileReference(name string, raw []byte) (*validator.Schema, error) {
-	doc, err := validator.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil, err
-	}
-	c := validator.NewCompiler()
-	if err := c.AddResource(name, doc); err != nil {
-		return nil, err
-	}
-	return c.Compile(name)
 }
 
 // boundIntegers gives every integer without bounds of its own the bounds
