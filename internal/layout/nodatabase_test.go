@@ -1,4 +1,4 @@
-package pipeline_test
+package layout
 
 import (
 	"go/parser"
@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-const module = "github.com/writerd/writerd"
+
 
 // backends are the backends' subtrees; drivers, their database drivers.
 var (
