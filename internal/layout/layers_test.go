@@ -246,3 +246,6 @@ func TestLayers_FailsOnAPlantedImport(t *testing.T) {
 		})
 	}
 }
+
+// within reports whether path is p or below it.
+func within(path, p string) bool { return path == p || strings.HasPrefix(path, p+"/") }

@@ -11,8 +11,6 @@ import (
 	"testing"
 )
 
-
-
 // backends are the backends' subtrees; drivers, their database drivers.
 var (
 	backends = []string{module + "/storage/bolt", module + "/storage/postgres"}
