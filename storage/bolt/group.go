@@ -62,9 +62,10 @@ type committer struct {
 	full     atomic.Pointer[pipeline.Error]
 	poisoned atomic.Pointer[pipeline.Error]
 
-	mu       sync.Mutex
-	observer func(d time.Duration, writes int)
-	log      *slog.Logger
+	observer groupcommit.Observer
+
+	mu  sync.Mutex
+	log *slog.Logger
 }
 
 func newCommitter(db *bolt.DB, file *os.File, dir string) *committer {
@@ -111,7 +112,7 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 		// A failed commit committed nothing, and is not observed: the
 		// observers (the metrics, the checkpointer's wake-up) count
 		// what reached the disk.
-		c.observe(time.Since(start), ran)
+		c.observer.Observe(time.Since(start), ran)
 		if ran > 0 {
 			c.full.Store(nil) // writes succeed again
 		}
@@ -163,12 +164,3 @@ func (c *committer) transact(batch []*unit) (ran int, err error) {
 // stop ends the loop after the batch in flight, answering the rest
 // UNAVAILABLE.
 func (c *committer) stop() { c.group.Stop() }
-
-func (c *committer) observe(d time.Duration, writes int) {
-	c.mu.Lock()
-	f := c.observer
-	c.mu.Unlock()
-	if f != nil {
-		f(d, writes)
-	}
-}

@@ -143,7 +143,7 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 		return nil
 	})
 	if err == nil {
-		c.s.observe(time.Since(start), ran)
+		c.s.observer.Observe(time.Since(start), ran)
 	} else if internal(err) {
 		// Not the pipeline's to see; nothing of the batch was committed.
 		err = pipeline.Wrap(pipeline.Unavailable, err, unavailableMessage)
@@ -199,7 +199,7 @@ func (c *committer) runAlone(u *unit) {
 	case err != nil:
 		u.Err = err
 	default:
-		c.s.observe(time.Since(start), 1)
+		c.s.observer.Observe(time.Since(start), 1)
 	}
 }
 

@@ -28,6 +28,9 @@
 // error (pipeline.PanicError): the write's changes are the backend's to
 // roll back to its savepoint, and its neighbours run on.
 //
+// Observer holds the function a backend tells of each commit that
+// succeeds (its ObserveCommits), which may be set while commits run.
+//
 // Stop ends the loop after the batch in flight: the writes still queued,
 // and those Commit returned for the next batch, are answered with the
 // closed error given to Start, and so is every write submitted after it.

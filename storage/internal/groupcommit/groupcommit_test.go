@@ -328,3 +328,20 @@ func TestCommitter_AgainAndAside(t *testing.T) {
 		}
 	}
 }
+
+// Ensure an Observer tells the function last set, and no one before any
+// is set or once nil is.
+func TestObserver(t *testing.T) {
+	var o groupcommit.Observer
+	o.Observe(time.Second, 1) // no one to tell
+	var got []int
+	o.Set(func(_ time.Duration, writes int) { got = append(got, writes) })
+	o.Observe(time.Millisecond, 2)
+	o.Set(func(_ time.Duration, writes int) { got = append(got, 10*writes) })
+	o.Observe(time.Millisecond, 3)
+	o.Set(nil)
+	o.Observe(time.Millisecond, 4)
+	if !slices.Equal(got, []int{2, 30}) {
+		t.Fatalf("observed %v, want [2 30]", got)
+	}
+}
