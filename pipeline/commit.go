@@ -229,11 +229,13 @@ func callSafely[T any](fn func() (T, error)) (v T, err error) {
 // recoverInto, deferred, turns a panic into *err.
 func recoverInto(err *error) {
 	if r := recover(); r != nil {
-		*err = panicError(r)
+		*err = PanicError(r)
 	}
 }
 
-func panicError(r any) error {
+// PanicError is the one error a recovered panic becomes, here and in the
+// backends' group commit: the panic's value and the stack, for the logs.
+func PanicError(r any) error {
 	return fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 }
 

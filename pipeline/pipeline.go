@@ -149,7 +149,7 @@ func (p *Pipeline[D]) Call(ctx context.Context, c Caller, tool string, args []by
 	var t *Tool[D]
 	defer func() {
 		if r := recover(); r != nil {
-			res = p.reject(ctx, Wrap(Internal, panicError(r), InternalMessage))
+			res = p.reject(ctx, Wrap(Internal, PanicError(r), InternalMessage))
 		}
 		if res == nil {
 			res = p.reject(ctx, Wrap(Internal, errors.New("pipeline: call returned no result"), InternalMessage))

@@ -58,7 +58,7 @@ func (d *DB) Backup(ctx context.Context, begin func(size int64) (io.Writer, erro
 	}
 	var closing <-chan struct{}
 	if d.commits != nil {
-		closing = d.commits.quit
+		closing = d.commits.group.Stopping()
 	}
 	var n int64
 	var began bool

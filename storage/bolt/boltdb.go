@@ -269,9 +269,7 @@ func (d *DB) SetLogger(l *slog.Logger) {
 // fsync included, and how many writes it committed.
 func (d *DB) ObserveCommits(f func(d time.Duration, writes int)) {
 	if d.commits != nil {
-		d.commits.mu.Lock()
-		d.commits.observer = f
-		d.commits.mu.Unlock()
+		d.commits.observer.Set(f)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/kv"
+	"github.com/writerd/writerd/storage/internal/groupcommit"
 )
 
 // MaxBatch bounds the writes one transaction commits.
@@ -37,23 +37,23 @@ const MaxBatch = 256
 // which then attempts no commit at all until the database is opened
 // again.
 
-// unit is one write waiting for its turn, or Ready's probe (fn nil).
-type unit struct {
+// write is what a unit of the group commit holds: one write, or Ready's
+// probe (fn nil).
+type write struct {
 	fn    func(*kv.Tx) error
 	probe bool
-	err   error
-	done  chan struct{}
 }
 
-// committer runs the writes of one database.
+type unit = groupcommit.Unit[write]
+
+// committer runs the writes of one database on the shared loop
+// (storage/internal/groupcommit), committing each batch in one bbolt
+// transaction.
 type committer struct {
-	db       *bolt.DB
-	file     *os.File // bbolt's own, for the probe's reservation
-	dir      string
-	queue    chan *unit
-	quit     chan struct{} // closed to stop the loop
-	stopped  chan struct{} // closed when the loop has returned
-	stopOnce sync.Once
+	db    *bolt.DB
+	file  *os.File // bbolt's own, for the probe's reservation
+	dir   string
+	group *groupcommit.Committer[write]
 
 	// full is the answer of the last commit refused for want of space,
 	// until a commit or a probe succeeds; poisoned, once set, answers
@@ -62,15 +62,15 @@ type committer struct {
 	full     atomic.Pointer[pipeline.Error]
 	poisoned atomic.Pointer[pipeline.Error]
 
-	mu       sync.Mutex
-	observer func(d time.Duration, writes int)
-	log      *slog.Logger
+	observer groupcommit.Observer
+
+	mu  sync.Mutex
+	log *slog.Logger
 }
 
 func newCommitter(db *bolt.DB, file *os.File, dir string) *committer {
-	c := &committer{db: db, file: file, dir: dir, queue: make(chan *unit, MaxBatch),
-		quit: make(chan struct{}), stopped: make(chan struct{})}
-	go c.loop()
+	c := &committer{db: db, file: file, dir: dir}
+	c.group = groupcommit.Start(MaxBatch, errClosed, c.commit)
 	return c
 }
 
@@ -80,82 +80,30 @@ var errClosed = pipeline.Wrap(pipeline.Unavailable, bolterrors.ErrDatabaseNotOpe
 // write queues fn and waits for its outcome: fn's own error (its changes
 // rolled back), the commit's error, or nil once committed durably.
 func (c *committer) write(ctx context.Context, fn func(*kv.Tx) error) error {
-	return c.submit(ctx, &unit{fn: fn, done: make(chan struct{})})
+	return c.submit(ctx, write{fn: fn})
 }
 
-// submit queues u and waits for its answer. A poisoned committer answers
+// submit queues w and waits for its answer. A poisoned committer answers
 // at once, queueing nothing.
-func (c *committer) submit(ctx context.Context, u *unit) error {
+func (c *committer) submit(ctx context.Context, w write) error {
 	if e := c.poisoned.Load(); e != nil {
 		return e
 	}
-	select {
-	case <-c.quit:
-		return errClosed
-	default:
-	}
-	select {
-	case c.queue <- u:
-	case <-c.quit:
-		return errClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	// Once queued, the write is answered whatever happens: it may be
-	// committed even if ctx ends meanwhile. If the loop stopped before
-	// taking it, it never ran.
-	select {
-	case <-u.done:
-		return u.err
-	case <-c.stopped:
-		select {
-		case <-u.done:
-			return u.err
-		default:
-			return errClosed
-		}
-	}
-}
-
-func (c *committer) loop() {
-	defer close(c.stopped)
-	batch := make([]*unit, 0, MaxBatch)
-	for {
-		select {
-		case u := <-c.queue:
-			batch = append(batch[:0], u)
-		case <-c.quit:
-			c.drain()
-			return
-		}
-	more:
-		for len(batch) < MaxBatch {
-			select {
-			case u := <-c.queue:
-				batch = append(batch, u)
-			default:
-				break more
-			}
-		}
-		c.commit(batch)
-		// Forget the batch: a write's fn holds its transaction, and with
-		// it every page bbolt read or wrote in it, until overwritten.
-		clear(batch)
-	}
+	return c.group.Submit(ctx, w)
 }
 
 // commit runs a batch in one transaction and answers its writes. A
 // poisoned committer answers them without a transaction; while the disk
 // is full, Ready's probes in the batch reserve room instead of committing
 // (probe).
-func (c *committer) commit(batch []*unit) {
+func (c *committer) commit(batch []*unit) (again []*unit) {
 	if e := c.poisoned.Load(); e != nil {
-		answer(batch, e)
-		return
+		groupcommit.AnswerAll(batch, e)
+		return nil
 	}
 	if c.full.Load() != nil {
 		if batch = c.probe(batch); len(batch) == 0 {
-			return
+			return nil
 		}
 	}
 	start := time.Now()
@@ -164,17 +112,18 @@ func (c *committer) commit(batch []*unit) {
 		// A failed commit committed nothing, and is not observed: the
 		// observers (the metrics, the checkpointer's wake-up) count
 		// what reached the disk.
-		c.observe(time.Since(start), ran)
+		c.observer.Observe(time.Since(start), ran)
 		if ran > 0 {
 			c.full.Store(nil) // writes succeed again
 		}
 	}
 	for _, u := range batch {
-		if err != nil && u.err == nil {
-			u.err = err
+		if err != nil && u.Err == nil {
+			u.Err = err
 		}
-		close(u.done)
+		u.Answer()
 	}
+	return nil
 }
 
 // transact runs the batch's writes in one bbolt transaction and commits
@@ -194,11 +143,11 @@ func (c *committer) transact(batch []*unit) (ran int, err error) {
 	}()
 	tx := kv.Wrap(btx)
 	for _, u := range batch {
-		if u.fn == nil {
+		if u.Write.fn == nil {
 			continue
 		}
 		sp := tx.Savepoint()
-		if u.err = runUnit(u.fn, tx); u.err != nil {
+		if u.Err = groupcommit.Run(u.Write.fn, tx); u.Err != nil {
 			if err := tx.RollbackTo(sp); err != nil {
 				return 0, fmt.Errorf("boltdb: roll back a failed write: %w", err)
 			}
@@ -212,49 +161,6 @@ func (c *committer) transact(batch []*unit) (ran int, err error) {
 	return ran, nil
 }
 
-// answer answers every unit of a batch with err.
-func answer(batch []*unit, err error) {
-	for _, u := range batch {
-		u.err = err
-		close(u.done)
-	}
-}
-
-// runUnit runs a write's fn, turning a panic into an error.
-func runUnit(fn func(*kv.Tx) error, tx *kv.Tx) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		}
-	}()
-	return fn(tx)
-}
-
-// drain answers the writes still queued when the database closes.
-func (c *committer) drain() {
-	for {
-		select {
-		case u := <-c.queue:
-			u.err = errClosed
-			close(u.done)
-		default:
-			return
-		}
-	}
-}
-
 // stop ends the loop after the batch in flight, answering the rest
 // UNAVAILABLE.
-func (c *committer) stop() {
-	c.stopOnce.Do(func() { close(c.quit) })
-	<-c.stopped
-}
-
-func (c *committer) observe(d time.Duration, writes int) {
-	c.mu.Lock()
-	f := c.observer
-	c.mu.Unlock()
-	if f != nil {
-		f(d, writes)
-	}
-}
+func (c *committer) stop() { c.group.Stop() }

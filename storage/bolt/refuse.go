@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/storage/internal/groupcommit"
 )
 
 // A commit that fails is one of two kinds, and the committer answers
@@ -116,7 +117,7 @@ func outOfSpace(err error) bool {
 // meta page, in pages the file already has), so the probe reserves room
 // instead (probe).
 func (c *committer) ready(ctx context.Context) error {
-	return c.submit(ctx, &unit{probe: true, done: make(chan struct{})})
+	return c.submit(ctx, write{probe: true})
 }
 
 // probe answers the probes of a batch while the disk is full, and
@@ -135,7 +136,7 @@ func (c *committer) probe(batch []*unit) []*unit {
 	writes := batch[:0]
 	var probes []*unit
 	for _, u := range batch {
-		if u.probe {
+		if u.Write.probe {
 			probes = append(probes, u)
 		} else {
 			writes = append(writes, u)
@@ -159,10 +160,7 @@ func (c *committer) probe(batch []*unit) []*unit {
 		// run is no sign of room, and no cause to poison the store.
 		err = pipeline.Wrap(pipeline.Unavailable, redact(c.dir, fmt.Errorf("boltdb: probe for room: %w", err)), FullMessage)
 	}
-	for _, u := range probes {
-		u.err = err
-		close(u.done)
-	}
+	groupcommit.AnswerAll(probes, err)
 	return writes
 }
 

@@ -3,15 +3,13 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
-	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/storage/internal/groupcommit"
 )
 
 // MaxBatch bounds the writes one transaction commits: each runs behind a
@@ -57,17 +55,17 @@ const busyMessage = "The store is too busy to take the call now, and nothing of 
 // in a transaction of its own, which may wait. Postgres groups the WAL
 // flushes of concurrent commits itself; commit_delay stays off.
 
-// unit is one write waiting for its turn. Its statements run under no
-// caller's context: one caller giving up must not break the transaction
-// it shares with others (a cancelled statement closes its connection);
-// the lock timeouts bound every wait instead.
-type unit struct {
+// write is what a unit of the group commit holds: one write. Its
+// statements run under no caller's context: one caller giving up must
+// not break the transaction it shares with others (a cancelled statement
+// closes its connection); the lock timeouts bound every wait instead.
+type write struct {
 	fn      func(pipeline.Tx[handlers.Store]) error
-	err     error
-	done    chan struct{}
 	since   time.Time // when it was queued
 	outcome outcome   // in the batch being committed
 }
+
+type unit = groupcommit.Unit[write]
 
 // outcome is what became of a write in its batch's transaction, which
 // commit answers it by once the transaction has ended.
@@ -81,94 +79,27 @@ const (
 	unitDeferred                // the head was busy: for the next batch
 )
 
+// committer runs the writes of one replica on the shared loop
+// (storage/internal/groupcommit), committing each batch in one
+// transaction.
 type committer struct {
 	s           *Store
 	maxDeferral time.Duration // how long a write may be deferred for a busy head
-	queue       chan *unit
-	quit        chan struct{}
-	stopped     chan struct{}
-	stopOnce    sync.Once
-	alone       sync.WaitGroup // writes run alone, in flight
+	group       *groupcommit.Committer[write]
 }
 
 // newCommitter starts the group commit of s, whose server ends a
 // transaction idle for idleInTransaction.
 func newCommitter(s *Store, idleInTransaction time.Duration) *committer {
-	c := &committer{s: s, maxDeferral: idleInTransaction + deferralMargin, queue: make(chan *unit, MaxBatch),
-		quit: make(chan struct{}), stopped: make(chan struct{})}
-	go c.loop()
+	c := &committer{s: s, maxDeferral: idleInTransaction + deferralMargin}
+	c.group = groupcommit.Start(MaxBatch, errClosedStore, c.commit)
 	return c
 }
 
 var errClosedStore = pipeline.Wrap(pipeline.Unavailable, errClosed, closedMessage)
 
 func (c *committer) write(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
-	u := &unit{fn: fn, done: make(chan struct{}), since: time.Now()}
-	select {
-	case <-c.quit:
-		return errClosedStore
-	default:
-	}
-	select {
-	case c.queue <- u:
-	case <-c.quit:
-		return errClosedStore
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-u.done:
-		return u.err
-	case <-c.stopped:
-		select {
-		case <-u.done:
-			return u.err
-		default:
-			return errClosedStore
-		}
-	}
-}
-
-func (c *committer) loop() {
-	defer close(c.stopped)
-	batch := make([]*unit, 0, MaxBatch)
-	var deferred []*unit
-	for {
-		if len(deferred) > 0 {
-			select {
-			case <-c.quit:
-				for _, u := range deferred {
-					u.err = errClosedStore
-					close(u.done)
-				}
-				c.drain()
-				c.alone.Wait()
-				return
-			default:
-			}
-			batch = append(batch[:0], deferred...) // first, in their order
-		} else {
-			select {
-			case u := <-c.queue:
-				batch = append(batch[:0], u)
-			case <-c.quit:
-				c.drain()
-				c.alone.Wait()
-				return
-			}
-		}
-	more:
-		for len(batch) < MaxBatch {
-			select {
-			case u := <-c.queue:
-				batch = append(batch, u)
-			default:
-				break more
-			}
-		}
-		deferred = c.commit(batch)
-		clear(batch)
-	}
+	return c.group.Submit(ctx, write{fn: fn, since: time.Now()})
 }
 
 // commit runs a batch in one transaction and answers its writes, but for
@@ -180,19 +111,19 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 	start := time.Now()
 	ctx := context.Background()
 	for _, u := range batch {
-		u.err, u.outcome = nil, unitPending // a deferred write's last batch is over
+		u.Err, u.Write.outcome = nil, unitPending // a deferred write's last batch is over
 	}
 	ran := 0
 	err := c.inTx(ctx, false, func(t *tx) error {
 		for _, u := range batch {
 			m := t.savepoint()
-			u.err = runUnit(u.fn, t)
-			if u.err == nil {
-				u.err = t.flush("write") // its own statements, not the next write's
+			u.Err = runUnit(u.Write.fn, t)
+			if u.Err == nil {
+				u.Err = t.flush("write") // its own statements, not the next write's
 			}
 			contended := t.contended
-			if !contended && u.err == nil {
-				u.outcome = unitRan
+			if !contended && u.Err == nil {
+				u.Write.outcome = unitRan
 				ran++
 				continue
 			}
@@ -201,32 +132,28 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 			}
 			switch {
 			case contended:
-				u.outcome = unitAlone
-				c.alone.Add(1)
-				go func() {
-					defer c.alone.Done()
-					c.runAlone(u)
-				}()
-			case errors.Is(u.err, errDeferred):
-				u.outcome = unitDeferred
+				u.Write.outcome = unitAlone
+				c.group.Go(func() { c.runAlone(u) })
+			case errors.Is(u.Err, errDeferred):
+				u.Write.outcome = unitDeferred
 			default:
-				u.outcome = unitFailed
+				u.Write.outcome = unitFailed
 			}
 		}
 		return nil
 	})
 	if err == nil {
-		c.s.observe(time.Since(start), ran)
+		c.s.observer.Observe(time.Since(start), ran)
 	} else if internal(err) {
 		// Not the pipeline's to see; nothing of the batch was committed.
 		err = pipeline.Wrap(pipeline.Unavailable, err, unavailableMessage)
 	}
 	for _, u := range batch {
-		switch u.outcome {
+		switch u.Write.outcome {
 		case unitAlone:
 			continue // runAlone answers it
 		case unitDeferred:
-			if err == nil && time.Since(u.since) < c.maxDeferral {
+			if err == nil && time.Since(u.Write.since) < c.maxDeferral {
 				again = append(again, u)
 				continue
 			}
@@ -234,18 +161,18 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 			// Its own failure, rolled back to its savepoint, whatever became
 			// of the batch.
 		default:
-			if u.err == nil {
-				u.err = err // committed (nil) or not, with the batch
+			if u.Err == nil {
+				u.Err = err // committed (nil) or not, with the batch
 			}
 		}
-		if internal(u.err) {
+		if internal(u.Err) {
 			// Not a write's answer: nothing of it was committed.
-			u.err = err
+			u.Err = err
 			if err == nil {
-				u.err = pipeline.Wrap(pipeline.Unavailable, errDeferred, busyMessage)
+				u.Err = pipeline.Wrap(pipeline.Unavailable, errDeferred, busyMessage)
 			}
 		}
-		close(u.done)
+		u.Answer()
 	}
 	return again
 }
@@ -259,20 +186,20 @@ func internal(err error) bool {
 
 // runAlone runs a write in a transaction of its own, where it may wait.
 func (c *committer) runAlone(u *unit) {
-	defer close(u.done)
+	defer u.Answer()
 	start := time.Now()
 	var fnErr error
 	err := c.inTx(context.Background(), true, func(t *tx) error {
-		fnErr = runUnit(u.fn, t)
+		fnErr = runUnit(u.Write.fn, t)
 		return fnErr
 	})
 	switch {
 	case fnErr != nil:
-		u.err = fnErr
+		u.Err = fnErr
 	case err != nil:
-		u.err = err
+		u.Err = err
 	default:
-		c.s.observe(time.Since(start), 1)
+		c.s.observer.Observe(time.Since(start), 1)
 	}
 }
 
@@ -310,30 +237,10 @@ func (c *committer) inTx(ctx context.Context, alone bool, fn func(*tx) error) er
 	return nil
 }
 
-// runUnit runs a write's fn, turning a panic into an error.
-func runUnit(fn func(pipeline.Tx[handlers.Store]) error, t *tx) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		}
-	}()
+// runUnit runs a write's fn on t, a panic its error (groupcommit.Run).
+func runUnit(fn func(pipeline.Tx[handlers.Store]) error, t *tx) error {
 	// Whatever returned errContended marked t contended (check, tryClaim).
-	return fn(t.bound())
+	return groupcommit.Run(fn, t.bound())
 }
 
-func (c *committer) drain() {
-	for {
-		select {
-		case u := <-c.queue:
-			u.err = errClosedStore
-			close(u.done)
-		default:
-			return
-		}
-	}
-}
-
-func (c *committer) stop() {
-	c.stopOnce.Do(func() { close(c.quit) })
-	<-c.stopped
-}
+func (c *committer) stop() { c.group.Stop() }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/storage/internal/groupcommit"
 )
 
 // ErrBadURL is returned by Open and ParseURL for a connection string
@@ -74,11 +75,12 @@ type Store struct {
 	pool    *pgxpool.Pool
 	commits *committer
 
-	mu       sync.Mutex
-	observer func(time.Duration, int)
-	closed   bool
-	leadMu   sync.Mutex
-	signer   *pgxpool.Conn // holds the signer's lock, while this replica leads
+	observer groupcommit.Observer
+
+	mu     sync.Mutex
+	closed bool
+	leadMu sync.Mutex
+	signer *pgxpool.Conn // holds the signer's lock, while this replica leads
 }
 
 var _ pipeline.Store[handlers.Store] = (*Store)(nil)
@@ -189,18 +191,7 @@ func (s *Store) Ready(ctx context.Context) error {
 
 // ObserveCommits has f told of every commit (group.go).
 func (s *Store) ObserveCommits(f func(d time.Duration, writes int)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.observer = f
-}
-
-func (s *Store) observe(d time.Duration, writes int) {
-	s.mu.Lock()
-	f := s.observer
-	s.mu.Unlock()
-	if f != nil {
-		f(d, writes)
-	}
+	s.observer.Set(f)
 }
 
 // Close waits for the commit in flight, answers the writes still queued

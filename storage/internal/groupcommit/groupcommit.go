@@ -1,0 +1,181 @@
+package groupcommit
+
+import (
+	"context"
+	"sync"
+
+	"github.com/writerd/writerd/pipeline"
+)
+
+// Unit is one write waiting for its turn: what the backend needs of it
+// (W), and its answer.
+type Unit[W any] struct {
+	Write W
+	// Err is the unit's answer, which the backend's commit may set as the
+	// batch runs and Answer then gives to the caller.
+	Err  error
+	done chan struct{}
+}
+
+// Answer wakes the unit's caller with Err. It is called once, by the
+// commit that took the unit or by the loop (Stop).
+func (u *Unit[W]) Answer() { close(u.done) }
+
+// AnswerAll answers every unit of batch with err.
+func AnswerAll[W any](batch []*Unit[W], err error) {
+	for _, u := range batch {
+		u.Err = err
+		u.Answer()
+	}
+}
+
+// Commit runs a batch of at most the loop's bound, in arrival order, and
+// answers its units, but for those it returns (again): the loop puts them
+// first, in their order, in the next batch. It runs on the loop's
+// goroutine, one batch at a time.
+type Commit[W any] func(batch []*Unit[W]) (again []*Unit[W])
+
+// Committer is one backend's group commit: a queue, and the loop that
+// takes from it as many writes as wait, up to its bound, and hands them
+// to the backend's Commit.
+type Committer[W any] struct {
+	bound    int
+	closed   error
+	commit   Commit[W]
+	queue    chan *Unit[W]
+	quit     chan struct{} // closed to stop the loop
+	stopped  chan struct{} // closed when the loop has returned
+	stopOnce sync.Once
+	aside    sync.WaitGroup // units answered by Go, in flight
+}
+
+// Start starts the group commit of batches of at most bound units
+// (bound >= 1), committed by commit. closed is what a write is answered
+// that comes after Stop, or was queued but not taken when the loop
+// stopped.
+func Start[W any](bound int, closed error, commit Commit[W]) *Committer[W] {
+	c := &Committer[W]{bound: bound, closed: closed, commit: commit, queue: make(chan *Unit[W], bound),
+		quit: make(chan struct{}), stopped: make(chan struct{})}
+	go c.loop()
+	return c
+}
+
+// Submit queues w and waits for its answer: the Err its unit is answered
+// with. It returns ctx.Err() if ctx ends before w is queued, and the
+// closed error if the loop has stopped, or stops before taking it.
+func (c *Committer[W]) Submit(ctx context.Context, w W) error {
+	u := &Unit[W]{Write: w, done: make(chan struct{})}
+	select {
+	case <-c.quit:
+		return c.closed
+	default:
+	}
+	select {
+	case c.queue <- u:
+	case <-c.quit:
+		return c.closed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, the write is answered whatever happens: it may be
+	// committed even if ctx ends meanwhile. If the loop stopped before
+	// taking it, it never ran.
+	select {
+	case <-u.done:
+		return u.Err
+	case <-c.stopped:
+		select {
+		case <-u.done:
+			return u.Err
+		default:
+			return c.closed
+		}
+	}
+}
+
+func (c *Committer[W]) loop() {
+	defer close(c.stopped)
+	batch := make([]*Unit[W], 0, c.bound)
+	var again []*Unit[W]
+	for {
+		if len(again) > 0 {
+			select {
+			case <-c.quit:
+				AnswerAll(again, c.closed)
+				c.drain()
+				return
+			default:
+			}
+			batch = append(batch[:0], again...) // first, in their order
+		} else {
+			select {
+			case u := <-c.queue:
+				batch = append(batch[:0], u)
+			case <-c.quit:
+				c.drain()
+				return
+			}
+		}
+	more:
+		for len(batch) < c.bound {
+			select {
+			case u := <-c.queue:
+				batch = append(batch, u)
+			default:
+				break more
+			}
+		}
+		again = c.commit(batch)
+		// Forget the batch: a write holds what its transaction read or
+		// wrote (on bbolt, every page of it) until overwritten.
+		clear(batch)
+	}
+}
+
+// drain answers the writes still queued when the loop stops, then waits
+// for those answered aside (Go): their callers wait for their answers,
+// not for the loop's end.
+func (c *Committer[W]) drain() {
+	for {
+		select {
+		case u := <-c.queue:
+			u.Err = c.closed
+			u.Answer()
+		default:
+			c.aside.Wait()
+			return
+		}
+	}
+}
+
+// Go runs f on a goroutine of its own, for a unit that the commit
+// answers outside its batch (PostgreSQL's write run alone). The loop
+// does not report itself stopped before every f has returned.
+func (c *Committer[W]) Go(f func()) {
+	c.aside.Go(f)
+}
+
+// Stop ends the loop after the batch in flight: the writes still queued
+// are answered with the closed error, and it returns once the loop has,
+// and every f of Go with it. It may be called more than once.
+func (c *Committer[W]) Stop() {
+	c.stopOnce.Do(func() { close(c.quit) })
+	<-c.stopped
+}
+
+// Stopping returns a channel closed once Stop is called: for work beside
+// the loop (bbolt's backup) that ends early when the store begins to
+// close.
+func (c *Committer[W]) Stopping() <-chan struct{} { return c.quit }
+
+// Run runs a unit's write, fn on tx, turning a panic into its error
+// (pipeline.PanicError): a write's panic is its own answer, and neither
+// the batch nor the process ends.
+func Run[T any](fn func(T) error, tx T) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = pipeline.PanicError(r)
+		}
+	}()
+	return fn(tx)
+}
