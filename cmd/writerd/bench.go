@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/writerd/writerd/internal/bench"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
 )
@@ -24,7 +25,7 @@ import (
 type BenchCommand struct {
 	Stdout, Stderr io.Writer
 
-	cfg       Config
+	cfg       bench.Config
 	server    string // --server, its URLs parsed into cfg.Servers
 	tokenFile string
 	output    string
@@ -133,25 +134,25 @@ Flags:
 func (c *BenchCommand) flags() *flagSet {
 	fs := newFlagSet("writerd bench", benchUsage, c.Stdout, c.Stderr)
 	cfg := &c.cfg
-	cfg.Agents, cfg.Duration, cfg.Tool, cfg.Target = 16, 10*time.Second, Tools[0], TargetInproc
+	cfg.Agents, cfg.Duration, cfg.Tool, cfg.Target = 16, 10*time.Second, bench.Tools[0], bench.TargetInproc
 	fs.Var(positiveValue{&cfg.Agents}, "agents", "how many `agents` write at once")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long each run lasts, a `duration`")
-	fs.Var(choiceValue{v: &cfg.Tool, choices: Tools}, "tool", "the `write`: "+orList(Tools))
-	targets := []string{TargetInproc, TargetAPI, TargetMCP, TargetStdio}
+	fs.Var(choiceValue{v: &cfg.Tool, choices: bench.Tools}, "tool", "the `write`: "+orList(bench.Tools))
+	targets := []string{bench.TargetInproc, bench.TargetAPI, bench.TargetMCP, bench.TargetStdio}
 	fs.Var(choiceValue{v: &cfg.Target, choices: targets}, "target", "the `target` the writes go to: "+orList(targets))
 	fs.StringVar(&cfg.Data, "data", "", "inproc: the data `directory` to write in, kept afterwards: an absolute path, or one starting with ~/ (default: a fresh one in $TMPDIR, removed)")
 	fs.StringVar(&cfg.Store, "store", "", "inproc: a PostgreSQL server's connection `URL` or keyword/value string: bench makes a database of its own there, and drops it at the end")
 	fs.StringVar(&c.server, "server", "", "api, mcp: the daemon's `URL`, such as http://127.0.0.1:7070, or several replicas' separated by commas, the agents spread over them")
 	fs.StringVar(&c.tokenFile, "token-file", "", "api, mcp: the `file` holding a bearer token with the write scope; without it, $WRITERD_TOKEN")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "inproc: also run the raw store doing the same puts; mcp: the pipeline in process and a bare SDK server; stdio: the pipeline in process; and compare")
-	clients := []string{ClientBench, ClientSDK}
-	cfg.Client = ClientBench
+	clients := []string{bench.ClientBench, bench.ClientSDK}
+	cfg.Client = bench.ClientBench
 	fs.Var(choiceValue{v: &cfg.Client, choices: clients}, "client", "mcp: the MCP `client` of each agent: bench's own or the SDK's, "+orList(clients))
 	outputFlag(fs, &c.output, "table", "json")
 	fs.defaults["duration"] = shortDuration(cfg.Duration)
-	fs.takes("agents", fmt.Sprintf("a whole number of agents from 1 to %d, such as 16", MaxAgents))
+	fs.takes("agents", fmt.Sprintf("a whole number of agents from 1 to %d, such as 16", bench.MaxAgents))
 	fs.takes("duration", "a duration such as 10s")
-	fs.takes("tool", orList(Tools))
+	fs.takes("tool", orList(bench.Tools))
 	fs.takes("target", orList(targets))
 	fs.takes("baseline", "true or false")
 	fs.takes("client", orList(clients))
@@ -175,16 +176,16 @@ func (c *BenchCommand) parse(args []string) error {
 	given := map[string]bool{} // on the command line
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = !fs.fromEnv[f.Name] })
 	cfg := &c.cfg
-	remote := cfg.Target == TargetAPI || cfg.Target == TargetMCP
-	spawned := cfg.Target == TargetStdio
+	remote := cfg.Target == bench.TargetAPI || cfg.Target == bench.TargetMCP
+	spawned := cfg.Target == bench.TargetStdio
 	switch {
-	case cfg.Agents > MaxAgents:
-		return fs.fail("%s takes a whole number of agents from 1 to %d, such as 16", fs.label("agents"), MaxAgents)
+	case cfg.Agents > bench.MaxAgents:
+		return fs.fail("%s takes a whole number of agents from 1 to %d, such as 16", fs.label("agents"), bench.MaxAgents)
 	case cfg.Duration <= 0:
 		return fs.fail("%s takes a positive duration such as 10s", fs.label("duration"))
-	case cfg.Target == TargetAPI && cfg.Baseline:
+	case cfg.Target == bench.TargetAPI && cfg.Baseline:
 		return fs.fail("--baseline goes with --target inproc, mcp or stdio, not api")
-	case cfg.Target == TargetMCP && cfg.Baseline && cfg.Tool != "create_project":
+	case cfg.Target == bench.TargetMCP && cfg.Baseline && cfg.Tool != "create_project":
 		return fs.fail("--baseline with --target mcp runs a bare SDK server that has create_project only, not %s", cfg.Tool)
 	case remote && given["data"]:
 		return fs.fail("--data is for --target inproc; a daemon writes in its own data directory")
@@ -198,7 +199,7 @@ func (c *BenchCommand) parse(args []string) error {
 		return fs.fail("%s is for --target api or mcp; --target stdio starts a server of its own", fs.label("server"))
 	case spawned && given["token-file"]:
 		return fs.fail("%s is for --target api or mcp; stdio needs no token", fs.label("token-file"))
-	case given["client"] && cfg.Target != TargetMCP:
+	case given["client"] && cfg.Target != bench.TargetMCP:
 		return fs.fail("--client is for --target mcp; %s has no MCP client to choose", cfg.Target)
 	case given["store"] && given["data"]:
 		return fs.fail("--data and --store each name a store; give one of them")
@@ -206,9 +207,9 @@ func (c *BenchCommand) parse(args []string) error {
 		return fs.fail("--store takes %s", storeForm)
 	case remote && c.server == "":
 		return fs.fail("--target %s needs %s URL, the running daemon's, such as http://127.0.0.1:7070", cfg.Target, fs.label("server"))
-	case cfg.Target == TargetInproc && given["server"]:
+	case cfg.Target == bench.TargetInproc && given["server"]:
 		return fs.fail("%s is for --target api or mcp; inproc runs the pipeline in this process", fs.label("server"))
-	case cfg.Target == TargetInproc && given["token-file"]:
+	case cfg.Target == bench.TargetInproc && given["token-file"]:
 		return fs.fail("%s is for --target api or mcp; inproc needs no token", fs.label("token-file"))
 	}
 	if remote {
@@ -237,13 +238,13 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	}
 	cfg := c.cfg
 	cfg.Version, cfg.Terminal = version(), isTerminal(c.Stderr)
-	if cfg.Target == TargetAPI || cfg.Target == TargetMCP {
+	if cfg.Target == bench.TargetAPI || cfg.Target == bench.TargetMCP {
 		var err error
 		if cfg.Token, err = c.token(); err != nil {
 			return err
 		}
 	}
-	rep, err := Run(ctx, cfg, c.Stderr)
+	rep, err := bench.Run(ctx, cfg, c.Stderr)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"text/tabwriter"
 
+	"github.com/writerd/writerd/internal/bench"
 	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
@@ -24,7 +25,7 @@ const benchEnv = "WRITERD_BENCH"
 type replicaRun struct {
 	setup  string
 	agents int
-	rep    Report
+	rep    bench.Report
 	// pgCPU is the seconds PostgreSQL's processes used while writerd
 	// bench ran: its whole process, start and warm-up included, where
 	// bench's own CPU figures (the replicas', the load's) cover only the
@@ -112,7 +113,7 @@ func TestBench_Replicas(t *testing.T) {
 			wr.Latency.P50, wr.Latency.P99, wr.WritesPerCommit, per(server), pg, per(wr.CPU.Seconds))
 	}
 	w.Flush()
-	find := func(setup string, agents int) *Result {
+	find := func(setup string, agents int) *bench.Result {
 		for _, r := range runs {
 			if r.setup == setup && r.agents == agents {
 				return r.rep.Writerd

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/writerd/writerd/internal/bench"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -19,7 +20,7 @@ var benchShort = []string{"--duration", "300ms", "--agents", "4"}
 
 // mustBench runs writerd bench with args and -o json and returns its
 // report; it must exit 0 with nothing but progress on stderr.
-func mustBench(t testing.TB, c runConfig, args ...string) *Report {
+func mustBench(t testing.TB, c runConfig, args ...string) *bench.Report {
 	t.Helper()
 	r := mustRunWith(t, c, append(append([]string{"bench"}, args...), "-o", "json")...)
 	if r.code != 0 {
@@ -31,7 +32,7 @@ func mustBench(t testing.TB, c runConfig, args ...string) *Report {
 			t.Errorf("stderr holds more than progress: %q", line)
 		}
 	}
-	var rep Report
+	var rep bench.Report
 	dec := json.NewDecoder(strings.NewReader(r.stdout))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rep); err != nil {
@@ -42,7 +43,7 @@ func mustBench(t testing.TB, c runConfig, args ...string) *Report {
 
 // mustHaveWritten checks a run's report: writes made, none failed, and
 // every measure that every target reports present.
-func mustHaveWritten(t testing.TB, run *Result) {
+func mustHaveWritten(t testing.TB, run *bench.Result) {
 	t.Helper()
 	switch {
 	case run == nil:
@@ -83,14 +84,14 @@ func TestBench_Inproc(t *testing.T) {
 		t.Errorf("a run without --baseline shows a baseline:\n%s", r.stdout)
 	}
 
-	for _, tool := range Tools {
+	for _, tool := range bench.Tools {
 		t.Run(tool, func(t *testing.T) {
 			rep := mustBench(t, runConfig{}, append([]string{"--tool", tool}, benchShort...)...)
-			if rep.Tool != tool || rep.Target != TargetInproc || rep.Agents != 4 || rep.Duration != 0.3 || rep.Store != "fresh" {
+			if rep.Tool != tool || rep.Target != bench.TargetInproc || rep.Agents != 4 || rep.Duration != 0.3 || rep.Store != "fresh" {
 				t.Errorf("report of %s %s, %d agents, %gs, store %s", rep.Tool, rep.Target, rep.Agents, rep.Duration, rep.Store)
 			}
-			if rep.ArgBytes < ArgBytes-20 || rep.ArgBytes > ArgBytes+20 {
-				t.Errorf("arguments of %d bytes, want about %d", rep.ArgBytes, ArgBytes)
+			if rep.ArgBytes < bench.ArgBytes-20 || rep.ArgBytes > bench.ArgBytes+20 {
+				t.Errorf("arguments of %d bytes, want about %d", rep.ArgBytes, bench.ArgBytes)
 			}
 			run := rep.Writerd
 			mustHaveWritten(t, run)
@@ -196,17 +197,17 @@ func TestBench_Remote(t *testing.T) {
 	env := runConfig{env: []string{"WRITERD_TOKEN=" + token}}
 	projects := 0
 	for _, tt := range []struct{ target, tool, client string }{
-		{TargetAPI, "create_project", ""}, {TargetMCP, "create_project", ""},
-		{TargetAPI, "update_record", ""}, {TargetMCP, "create_record", ""},
-		{TargetMCP, "create_project", ClientSDK}, {TargetMCP, "update_record", ClientSDK},
+		{bench.TargetAPI, "create_project", ""}, {bench.TargetMCP, "create_project", ""},
+		{bench.TargetAPI, "update_record", ""}, {bench.TargetMCP, "create_record", ""},
+		{bench.TargetMCP, "create_project", bench.ClientSDK}, {bench.TargetMCP, "update_record", bench.ClientSDK},
 	} {
 		t.Run(tt.target+" "+tt.tool+" "+tt.client, func(t *testing.T) {
 			args := []string{"--target", tt.target, "--server", d.url, "--tool", tt.tool}
 			want := tt.client
 			if tt.client != "" {
 				args = append(args, "--client", tt.client)
-			} else if tt.target == TargetMCP {
-				want = ClientBench
+			} else if tt.target == bench.TargetMCP {
+				want = bench.ClientBench
 			}
 			rep := mustBench(t, env, append(args, benchShort...)...)
 			if rep.Target != tt.target || rep.Store != "daemon" || rep.Client != want {
@@ -297,7 +298,7 @@ func mustLeaveNothing(t testing.TB, dir string) {
 
 // mustHaveRatios checks that the report has baselines named names, each
 // with writes and writerd's ratio against it.
-func mustHaveRatios(t testing.TB, rep *Report, names ...string) {
+func mustHaveRatios(t testing.TB, rep *bench.Report, names ...string) {
 	t.Helper()
 	var got []string
 	for _, b := range rep.Baselines {
@@ -344,16 +345,16 @@ func TestBench_BaselineMCP(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	mustHaveRows(t, r.stdout, BaselineInProcess, BaselineSDKServer)
+	mustHaveRows(t, r.stdout, bench.BaselineInProcess, bench.BaselineSDKServer)
 
 	rep := mustBench(t, runConfig{env: env}, append(flags, benchTransportShort...)...)
-	if rep.Target != TargetMCP || rep.Agents != 2 {
+	if rep.Target != bench.TargetMCP || rep.Agents != 2 {
 		t.Errorf("report of target %s, %d agents", rep.Target, rep.Agents)
 	}
 	mustHaveWritten(t, rep.Writerd)
-	mustHaveRatios(t, rep, BaselineInProcess, BaselineSDKServer)
+	mustHaveRatios(t, rep, bench.BaselineInProcess, bench.BaselineSDKServer)
 	for _, b := range rep.Baselines {
-		if b.Name == BaselineSDKServer && b.WritesPerCommit != 1 {
+		if b.Name == bench.BaselineSDKServer && b.WritesPerCommit != 1 {
 			t.Errorf("the SDK server commits %.2f writes a transaction, want 1 (db.Update)", b.WritesPerCommit)
 		}
 	}
@@ -368,7 +369,7 @@ func TestBench_Stdio(t *testing.T) {
 	tmp := t.TempDir()
 	rep := mustBench(t, runConfig{env: []string{"TMPDIR=" + tmp, "WRITERD_DATA=" + filepath.Join(tmp, "serve")}},
 		append([]string{"--target", "stdio", "--baseline"}, benchTransportShort...)...)
-	if rep.Target != TargetStdio || rep.Store != "fresh" || rep.Agents != 2 {
+	if rep.Target != bench.TargetStdio || rep.Store != "fresh" || rep.Agents != 2 {
 		t.Errorf("report of target %s, store %s, %d agents", rep.Target, rep.Store, rep.Agents)
 	}
 	run := rep.Writerd
@@ -376,6 +377,6 @@ func TestBench_Stdio(t *testing.T) {
 	if run.CPU.Server == nil || *run.CPU.Server <= 0 || run.CommitMillis <= 0 || run.Heap == nil || run.Heap.End == 0 || run.RSS == nil || run.RSS.End == 0 {
 		t.Errorf("cpu %+v, commits of %v ms, heap %+v, resident %+v; want the server's CPU, commits and memory", run.CPU, run.CommitMillis, run.Heap, run.RSS)
 	}
-	mustHaveRatios(t, rep, BaselineInProcess)
+	mustHaveRatios(t, rep, bench.BaselineInProcess)
 	mustLeaveNothing(t, tmp)
 }
