@@ -20,8 +20,9 @@ import (
 // against a running daemon over the direct API or MCP; with --baseline,
 // against the raw store doing the same puts in the same run.
 //
-// The flags fill a Config; the driver, its clients, baselines and report
-// are the bench library's.
+// It is wiring: the flags fill a bench.Config and are checked here, each
+// refusal in their words; package internal/bench drives the writes and
+// writes the report.
 type BenchCommand struct {
 	Stdout, Stderr io.Writer
 

@@ -181,7 +181,7 @@ func basePuts[B putter](bucket func([]byte) B, key []byte) error {
 	return events.Put(encbin.BigEndian.AppendUint64(nil, seq), baseValue)
 }
 
-// The bare SDK server's store (bench_sdkserver.go): a project under its
+// The bare SDK server's store (sdkserver.go): a project under its
 // id and its name in an index, in one durable db.Update, as a user's own
 // MCP server on bbolt would keep them; writerd's page size and bbolt's
 // defaults otherwise (fsync on).

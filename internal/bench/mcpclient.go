@@ -27,10 +27,13 @@ import (
 // the server's. --client sdk keeps the SDK's sessions, for what an SDK
 // agent costs.
 
-// Clients of --target mcp.
+// Clients of TargetMCP (Config.Client).
 const (
+	// ClientBench is bench's own client, below: the SDK client's requests
+	// at a fraction of its CPU.
 	ClientBench = "bench"
-	ClientSDK   = "sdk"
+	// ClientSDK is one session of the MCP Go SDK's client per agent.
+	ClientSDK = "sdk"
 )
 
 // clientMeta is the _meta member the SDK's client puts in every

@@ -23,7 +23,8 @@ type Report struct {
 	// ArgBytes is the mean size of a write's arguments, the key included.
 	ArgBytes int `json:"argument_bytes"`
 	// Store is where writerd wrote: "fresh" (a new data directory),
-	// "given" (--data), or "daemon".
+	// "fresh postgres" (a scratch database), "given" (--data), "daemon",
+	// or "N replicas".
 	Store string `json:"store"`
 	// StoreBytes is the size of the store's file before the run, in
 	// process.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -30,7 +31,8 @@ const MaxAgents = 4096
 
 // Config is one bench: what writes, how many agents, for how long, and
 // where to. The command line fills it and checks that its parts go
-// together; Run trusts it.
+// together, each refusal in the words of its flags; Run refuses only a
+// Config it cannot run at all.
 type Config struct {
 	Target   string        // TargetInproc, TargetAPI, TargetMCP or TargetStdio
 	Tool     string        // one of Tools
@@ -68,6 +70,19 @@ type Config struct {
 // Run runs the writes of cfg (and with cfg.Baseline its baselines), a
 // progress line a second to progress, and returns the report.
 func Run(ctx context.Context, cfg Config, progressTo io.Writer) (*Report, error) {
+	switch {
+	case !slices.Contains(Tools, cfg.Tool):
+		return nil, fmt.Errorf("no write %q", cfg.Tool)
+	case cfg.Agents < 1 || cfg.Agents > MaxAgents:
+		return nil, fmt.Errorf("%d agents, not 1 to %d", cfg.Agents, MaxAgents)
+	case cfg.Duration <= 0:
+		return nil, fmt.Errorf("a run of %v", cfg.Duration)
+	case (cfg.Target == TargetAPI || cfg.Target == TargetMCP) && len(cfg.Servers) == 0:
+		return nil, fmt.Errorf("--target %s without a server", cfg.Target)
+	}
+	if cfg.Client == "" {
+		cfg.Client = ClientBench
+	}
 	b := &bench{
 		agents: cfg.Agents, duration: cfg.Duration, tool: cfg.Tool, client: cfg.Client, version: cfg.Version,
 		progress: &progress{w: progressTo, tty: cfg.Terminal},

@@ -23,7 +23,7 @@ import (
 // the pipeline in process, and what a user would build instead of
 // writerd, a bare MCP server on the same SDK. The bare server is a
 // measuring stick, not a product: its store (sdkStore, in
-// bench_baseline.go with bench's other raw-store baselines) writes bbolt
+// baseline.go with bench's other raw-store baselines) writes bbolt
 // directly.
 
 // Names of the transport baselines' runs.
