@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/writerd/writerd/internal/bench"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
 )
@@ -18,39 +19,20 @@ import (
 // cost: in this process through a pipeline built as serve builds it, or
 // against a running daemon over the direct API or MCP; with --baseline,
 // against the raw store doing the same puts in the same run.
+//
+// It is wiring: the flags fill a bench.Config and are checked here, each
+// refusal in their words; package internal/bench drives the writes and
+// writes the report.
 type BenchCommand struct {
 	Stdout, Stderr io.Writer
 
-	agents    int
-	duration  time.Duration
-	tool      string
-	target    string
-	dataDir   string
-	store     string
-	server    string
-	servers   []string
+	cfg       bench.Config
+	server    string // --server, its URLs parsed into cfg.Servers
 	tokenFile string
-	baseline  bool
-	client    string
 	output    string
 
 	fs *flagSet
 }
-
-// Targets of writerd bench.
-const (
-	targetInproc = "inproc"
-	targetAPI    = "api"
-	targetMCP    = "mcp"
-	targetStdio  = "stdio"
-)
-
-// benchTools are the writes bench can drive, the default first.
-var benchTools = []string{"create_project", "create_record", "update_record"}
-
-// benchMaxAgents bounds --agents: beyond it a run measures the scheduler
-// and the bench, not writerd.
-const benchMaxAgents = 4096
 
 const benchUsage = `usage: writerd bench [--target inproc|api|mcp|stdio] [--agents N] [--duration D] [flags]
 
@@ -152,25 +134,26 @@ Flags:
 
 func (c *BenchCommand) flags() *flagSet {
 	fs := newFlagSet("writerd bench", benchUsage, c.Stdout, c.Stderr)
-	c.agents, c.duration, c.tool, c.target = 16, 10*time.Second, benchTools[0], targetInproc
-	fs.Var(positiveValue{&c.agents}, "agents", "how many `agents` write at once")
-	fs.DurationVar(&c.duration, "duration", c.duration, "how long each run lasts, a `duration`")
-	fs.Var(choiceValue{v: &c.tool, choices: benchTools}, "tool", "the `write`: "+orList(benchTools))
-	targets := []string{targetInproc, targetAPI, targetMCP, targetStdio}
-	fs.Var(choiceValue{v: &c.target, choices: targets}, "target", "the `target` the writes go to: "+orList(targets))
-	fs.StringVar(&c.dataDir, "data", "", "inproc: the data `directory` to write in, kept afterwards: an absolute path, or one starting with ~/ (default: a fresh one in $TMPDIR, removed)")
-	fs.StringVar(&c.store, "store", "", "inproc: a PostgreSQL server's connection `URL` or keyword/value string: bench makes a database of its own there, and drops it at the end")
+	cfg := &c.cfg
+	cfg.Agents, cfg.Duration, cfg.Tool, cfg.Target = 16, 10*time.Second, bench.Tools[0], bench.TargetInproc
+	fs.Var(positiveValue{&cfg.Agents}, "agents", "how many `agents` write at once")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long each run lasts, a `duration`")
+	fs.Var(choiceValue{v: &cfg.Tool, choices: bench.Tools}, "tool", "the `write`: "+orList(bench.Tools))
+	targets := []string{bench.TargetInproc, bench.TargetAPI, bench.TargetMCP, bench.TargetStdio}
+	fs.Var(choiceValue{v: &cfg.Target, choices: targets}, "target", "the `target` the writes go to: "+orList(targets))
+	fs.StringVar(&cfg.Data, "data", "", "inproc: the data `directory` to write in, kept afterwards: an absolute path, or one starting with ~/ (default: a fresh one in $TMPDIR, removed)")
+	fs.StringVar(&cfg.Store, "store", "", "inproc: a PostgreSQL server's connection `URL` or keyword/value string: bench makes a database of its own there, and drops it at the end")
 	fs.StringVar(&c.server, "server", "", "api, mcp: the daemon's `URL`, such as http://127.0.0.1:7070, or several replicas' separated by commas, the agents spread over them")
 	fs.StringVar(&c.tokenFile, "token-file", "", "api, mcp: the `file` holding a bearer token with the write scope; without it, $WRITERD_TOKEN")
-	fs.BoolVar(&c.baseline, "baseline", false, "inproc: also run the raw store doing the same puts; mcp: the pipeline in process and a bare SDK server; stdio: the pipeline in process; and compare")
-	clients := []string{clientBench, clientSDK}
-	c.client = clientBench
-	fs.Var(choiceValue{v: &c.client, choices: clients}, "client", "mcp: the MCP `client` of each agent: bench's own or the SDK's, "+orList(clients))
+	fs.BoolVar(&cfg.Baseline, "baseline", false, "inproc: also run the raw store doing the same puts; mcp: the pipeline in process and a bare SDK server; stdio: the pipeline in process; and compare")
+	clients := []string{bench.ClientBench, bench.ClientSDK}
+	cfg.Client = bench.ClientBench
+	fs.Var(choiceValue{v: &cfg.Client, choices: clients}, "client", "mcp: the MCP `client` of each agent: bench's own or the SDK's, "+orList(clients))
 	outputFlag(fs, &c.output, "table", "json")
-	fs.defaults["duration"] = shortDuration(c.duration)
-	fs.takes("agents", fmt.Sprintf("a whole number of agents from 1 to %d, such as 16", benchMaxAgents))
+	fs.defaults["duration"] = shortDuration(cfg.Duration)
+	fs.takes("agents", fmt.Sprintf("a whole number of agents from 1 to %d, such as 16", bench.MaxAgents))
 	fs.takes("duration", "a duration such as 10s")
-	fs.takes("tool", orList(benchTools))
+	fs.takes("tool", orList(bench.Tools))
 	fs.takes("target", orList(targets))
 	fs.takes("baseline", "true or false")
 	fs.takes("client", orList(clients))
@@ -193,17 +176,18 @@ func (c *BenchCommand) parse(args []string) error {
 	}
 	given := map[string]bool{} // on the command line
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = !fs.fromEnv[f.Name] })
-	remote := c.target == targetAPI || c.target == targetMCP
-	spawned := c.target == targetStdio
+	cfg := &c.cfg
+	remote := cfg.Target == bench.TargetAPI || cfg.Target == bench.TargetMCP
+	spawned := cfg.Target == bench.TargetStdio
 	switch {
-	case c.agents > benchMaxAgents:
-		return fs.fail("%s takes a whole number of agents from 1 to %d, such as 16", fs.label("agents"), benchMaxAgents)
-	case c.duration <= 0:
+	case cfg.Agents > bench.MaxAgents:
+		return fs.fail("%s takes a whole number of agents from 1 to %d, such as 16", fs.label("agents"), bench.MaxAgents)
+	case cfg.Duration <= 0:
 		return fs.fail("%s takes a positive duration such as 10s", fs.label("duration"))
-	case c.target == targetAPI && c.baseline:
+	case cfg.Target == bench.TargetAPI && cfg.Baseline:
 		return fs.fail("--baseline goes with --target inproc, mcp or stdio, not api")
-	case c.target == targetMCP && c.baseline && c.tool != "create_project":
-		return fs.fail("--baseline with --target mcp runs a bare SDK server that has create_project only, not %s", c.tool)
+	case cfg.Target == bench.TargetMCP && cfg.Baseline && cfg.Tool != "create_project":
+		return fs.fail("--baseline with --target mcp runs a bare SDK server that has create_project only, not %s", cfg.Tool)
 	case remote && given["data"]:
 		return fs.fail("--data is for --target inproc; a daemon writes in its own data directory")
 	case remote && given["store"]:
@@ -216,17 +200,17 @@ func (c *BenchCommand) parse(args []string) error {
 		return fs.fail("%s is for --target api or mcp; --target stdio starts a server of its own", fs.label("server"))
 	case spawned && given["token-file"]:
 		return fs.fail("%s is for --target api or mcp; stdio needs no token", fs.label("token-file"))
-	case given["client"] && c.target != targetMCP:
-		return fs.fail("--client is for --target mcp; %s has no MCP client to choose", c.target)
+	case given["client"] && cfg.Target != bench.TargetMCP:
+		return fs.fail("--client is for --target mcp; %s has no MCP client to choose", cfg.Target)
 	case given["store"] && given["data"]:
 		return fs.fail("--data and --store each name a store; give one of them")
-	case c.store != "" && daemon.CheckURL(c.store) != nil:
+	case cfg.Store != "" && daemon.CheckURL(cfg.Store) != nil:
 		return fs.fail("--store takes %s", storeForm)
 	case remote && c.server == "":
-		return fs.fail("--target %s needs %s URL, the running daemon's, such as http://127.0.0.1:7070", c.target, fs.label("server"))
-	case c.target == targetInproc && given["server"]:
+		return fs.fail("--target %s needs %s URL, the running daemon's, such as http://127.0.0.1:7070", cfg.Target, fs.label("server"))
+	case cfg.Target == bench.TargetInproc && given["server"]:
 		return fs.fail("%s is for --target api or mcp; inproc runs the pipeline in this process", fs.label("server"))
-	case c.target == targetInproc && given["token-file"]:
+	case cfg.Target == bench.TargetInproc && given["token-file"]:
 		return fs.fail("%s is for --target api or mcp; inproc needs no token", fs.label("token-file"))
 	}
 	if remote {
@@ -235,12 +219,12 @@ func (c *BenchCommand) parse(args []string) error {
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 				return fs.fail("%s takes the daemon's URL, such as http://127.0.0.1:7070, or several separated by commas", fs.label("server"))
 			}
-			c.servers = append(c.servers, strings.TrimSuffix(u.String(), "/"))
+			cfg.Servers = append(cfg.Servers, strings.TrimSuffix(u.String(), "/"))
 		}
 	}
-	if c.dataDir != "" {
+	if cfg.Data != "" {
 		var err error
-		if c.dataDir, err = fs.dataDir(c.dataDir); err != nil {
+		if cfg.Data, err = fs.dataDir(cfg.Data); err != nil {
 			return err
 		}
 	}
@@ -253,33 +237,22 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	if err := c.parse(args); err != nil {
 		return err
 	}
-	b := &bench{
-		agents: c.agents, duration: c.duration, tool: c.tool, client: c.client,
-		progress: &progress{w: c.Stderr, tty: isTerminal(c.Stderr)},
-	}
-	var (
-		rep *benchReport
-		err error
-	)
-	switch c.target {
-	case targetInproc:
-		rep, err = b.runInproc(ctx, c.dataDir, c.store, c.baseline)
-	case targetStdio:
-		rep, err = b.runStdio(ctx, c.baseline)
-	default:
-		token, terr := c.token()
-		if terr != nil {
-			return terr
+	cfg := c.cfg
+	cfg.Version, cfg.Terminal = version(), isTerminal(c.Stderr)
+	if cfg.Target == bench.TargetAPI || cfg.Target == bench.TargetMCP {
+		var err error
+		if cfg.Token, err = c.token(); err != nil {
+			return err
 		}
-		rep, err = b.runRemote(ctx, c.target, c.servers, token, c.baseline)
 	}
+	rep, err := bench.Run(ctx, cfg, c.Stderr)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	if c.output == "json" {
-		return rep.writeJSON(c.Stdout)
+		return rep.WriteJSON(c.Stdout)
 	}
-	rep.writeTable(c.Stdout)
+	rep.WriteTable(c.Stdout)
 	return nil
 }
 
@@ -301,7 +274,7 @@ func (c *BenchCommand) token() (string, error) {
 	if token == "" {
 		return "", fmt.Errorf("bench: no token: set WRITERD_TOKEN, or give --token-file, with a token that has the write scope (writerd token new --scopes read,write)")
 	}
-	for _, s := range c.servers {
+	for _, s := range c.cfg.Servers {
 		if u, _ := url.Parse(s); u.Scheme == "http" && !loopback.Host(u.Hostname()) {
 			fmt.Fprintf(c.Stderr, "writerd bench: warning: the token goes to %s over plain HTTP, readable on the way; use https\n", u.Host)
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"text/tabwriter"
 
+	"github.com/writerd/writerd/internal/bench"
 	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
@@ -24,7 +25,7 @@ const benchEnv = "WRITERD_BENCH"
 type replicaRun struct {
 	setup  string
 	agents int
-	rep    benchReport
+	rep    bench.Report
 	// pgCPU is the seconds PostgreSQL's processes used while writerd
 	// bench ran: its whole process, start and warm-up included, where
 	// bench's own CPU figures (the replicas', the load's) cover only the
@@ -52,7 +53,7 @@ func TestBench_Replicas(t *testing.T) {
 	cluster := pgtest.StartCluster(t, pgtest.Options{Fsync: true})
 	tok := mustAuditTokens(t)
 	var runs []replicaRun
-	bench := func(setup string, ds []*httpDaemon) {
+	measure := func(setup string, ds []*httpDaemon) {
 		var urls []string
 		for _, d := range ds {
 			urls = append(urls, d.url)
@@ -83,13 +84,13 @@ func TestBench_Replicas(t *testing.T) {
 		}
 	}
 
-	bench("bbolt daemon", []*httpDaemon{MustStartHTTP(t, httpConfig{tokens: tok.file})})
+	measure("bbolt daemon", []*httpDaemon{MustStartHTTP(t, httpConfig{tokens: tok.file})})
 	one := testStore{Dir: t.TempDir(), URL: pgtest.EmptyOn(t, cluster.URL("postgres"))}
-	bench("1 replica on PostgreSQL", []*httpDaemon{MustStartHTTP(t, httpConfig{store: one, tokens: tok.file})})
+	measure("1 replica on PostgreSQL", []*httpDaemon{MustStartHTTP(t, httpConfig{store: one, tokens: tok.file})})
 	two := testStore{Dir: t.TempDir(), URL: pgtest.EmptyOn(t, cluster.URL("postgres"))}
 	a := MustStartHTTP(t, httpConfig{store: two.named("writerd-a"), tokens: tok.file})
 	b := MustStartHTTP(t, httpConfig{store: two.named("writerd-b"), tokens: tok.file})
-	bench("2 replicas on PostgreSQL", []*httpDaemon{a, b})
+	measure("2 replicas on PostgreSQL", []*httpDaemon{a, b})
 
 	var out strings.Builder
 	fmt.Fprintf(&out, "writerd bench --target api --duration %s, create_project, on %d cores:\n\n", duration, runtime.NumCPU())
@@ -112,7 +113,7 @@ func TestBench_Replicas(t *testing.T) {
 			wr.Latency.P50, wr.Latency.P99, wr.WritesPerCommit, per(server), pg, per(wr.CPU.Seconds))
 	}
 	w.Flush()
-	find := func(setup string, agents int) *runResult {
+	find := func(setup string, agents int) *bench.Result {
 		for _, r := range runs {
 			if r.setup == setup && r.agents == agents {
 				return r.rep.Writerd

@@ -1,25 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
-	"io"
-	"maps"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
+	"github.com/writerd/writerd/internal/bench"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -31,7 +20,7 @@ var benchShort = []string{"--duration", "300ms", "--agents", "4"}
 
 // mustBench runs writerd bench with args and -o json and returns its
 // report; it must exit 0 with nothing but progress on stderr.
-func mustBench(t testing.TB, c runConfig, args ...string) *benchReport {
+func mustBench(t testing.TB, c runConfig, args ...string) *bench.Report {
 	t.Helper()
 	r := mustRunWith(t, c, append(append([]string{"bench"}, args...), "-o", "json")...)
 	if r.code != 0 {
@@ -43,7 +32,7 @@ func mustBench(t testing.TB, c runConfig, args ...string) *benchReport {
 			t.Errorf("stderr holds more than progress: %q", line)
 		}
 	}
-	var rep benchReport
+	var rep bench.Report
 	dec := json.NewDecoder(strings.NewReader(r.stdout))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rep); err != nil {
@@ -54,7 +43,7 @@ func mustBench(t testing.TB, c runConfig, args ...string) *benchReport {
 
 // mustHaveWritten checks a run's report: writes made, none failed, and
 // every measure that every target reports present.
-func mustHaveWritten(t testing.TB, run *runResult) {
+func mustHaveWritten(t testing.TB, run *bench.Result) {
 	t.Helper()
 	switch {
 	case run == nil:
@@ -95,14 +84,14 @@ func TestBench_Inproc(t *testing.T) {
 		t.Errorf("a run without --baseline shows a baseline:\n%s", r.stdout)
 	}
 
-	for _, tool := range benchTools {
+	for _, tool := range bench.Tools {
 		t.Run(tool, func(t *testing.T) {
 			rep := mustBench(t, runConfig{}, append([]string{"--tool", tool}, benchShort...)...)
-			if rep.Tool != tool || rep.Target != targetInproc || rep.Agents != 4 || rep.Duration != 0.3 || rep.Store != "fresh" {
+			if rep.Tool != tool || rep.Target != bench.TargetInproc || rep.Agents != 4 || rep.Duration != 0.3 || rep.Store != "fresh" {
 				t.Errorf("report of %s %s, %d agents, %gs, store %s", rep.Tool, rep.Target, rep.Agents, rep.Duration, rep.Store)
 			}
-			if rep.ArgBytes < benchArgBytes-20 || rep.ArgBytes > benchArgBytes+20 {
-				t.Errorf("arguments of %d bytes, want about %d", rep.ArgBytes, benchArgBytes)
+			if rep.ArgBytes < bench.ArgBytes-20 || rep.ArgBytes > bench.ArgBytes+20 {
+				t.Errorf("arguments of %d bytes, want about %d", rep.ArgBytes, bench.ArgBytes)
 			}
 			run := rep.Writerd
 			mustHaveWritten(t, run)
@@ -208,17 +197,17 @@ func TestBench_Remote(t *testing.T) {
 	env := runConfig{env: []string{"WRITERD_TOKEN=" + token}}
 	projects := 0
 	for _, tt := range []struct{ target, tool, client string }{
-		{targetAPI, "create_project", ""}, {targetMCP, "create_project", ""},
-		{targetAPI, "update_record", ""}, {targetMCP, "create_record", ""},
-		{targetMCP, "create_project", clientSDK}, {targetMCP, "update_record", clientSDK},
+		{bench.TargetAPI, "create_project", ""}, {bench.TargetMCP, "create_project", ""},
+		{bench.TargetAPI, "update_record", ""}, {bench.TargetMCP, "create_record", ""},
+		{bench.TargetMCP, "create_project", bench.ClientSDK}, {bench.TargetMCP, "update_record", bench.ClientSDK},
 	} {
 		t.Run(tt.target+" "+tt.tool+" "+tt.client, func(t *testing.T) {
 			args := []string{"--target", tt.target, "--server", d.url, "--tool", tt.tool}
 			want := tt.client
 			if tt.client != "" {
 				args = append(args, "--client", tt.client)
-			} else if tt.target == targetMCP {
-				want = clientBench
+			} else if tt.target == bench.TargetMCP {
+				want = bench.ClientBench
 			}
 			rep := mustBench(t, env, append(args, benchShort...)...)
 			if rep.Target != tt.target || rep.Store != "daemon" || rep.Client != want {
@@ -309,7 +298,7 @@ func mustLeaveNothing(t testing.TB, dir string) {
 
 // mustHaveRatios checks that the report has baselines named names, each
 // with writes and writerd's ratio against it.
-func mustHaveRatios(t testing.TB, rep *benchReport, names ...string) {
+func mustHaveRatios(t testing.TB, rep *bench.Report, names ...string) {
 	t.Helper()
 	var got []string
 	for _, b := range rep.Baselines {
@@ -356,57 +345,20 @@ func TestBench_BaselineMCP(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
-	mustHaveRows(t, r.stdout, runInProcess, runSDKServer)
+	mustHaveRows(t, r.stdout, bench.BaselineInProcess, bench.BaselineSDKServer)
 
 	rep := mustBench(t, runConfig{env: env}, append(flags, benchTransportShort...)...)
-	if rep.Target != targetMCP || rep.Agents != 2 {
+	if rep.Target != bench.TargetMCP || rep.Agents != 2 {
 		t.Errorf("report of target %s, %d agents", rep.Target, rep.Agents)
 	}
 	mustHaveWritten(t, rep.Writerd)
-	mustHaveRatios(t, rep, runInProcess, runSDKServer)
+	mustHaveRatios(t, rep, bench.BaselineInProcess, bench.BaselineSDKServer)
 	for _, b := range rep.Baselines {
-		if b.Name == runSDKServer && b.WritesPerCommit != 1 {
+		if b.Name == bench.BaselineSDKServer && b.WritesPerCommit != 1 {
 			t.Errorf("the SDK server commits %.2f writes a transaction, want 1 (db.Update)", b.WritesPerCommit)
 		}
 	}
 	mustLeaveNothing(t, tmp)
-}
-
-// Ensure the bare SDK server answers create_project over each of bench's
-// MCP clients, refuses a name taken, and once closed has its port closed.
-func TestBench_SDKServer(t *testing.T) {
-	s, err := startSDKServer(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorkload("create_project", 1)
-	for i, client := range []string{clientBench, clientSDK} {
-		b := &bench{agents: 1, client: client}
-		tr := b.transport()
-		mc, err := b.dialMCP(t.Context(), []string{s.url}, "", tr)
-		if err != nil {
-			s.close()
-			t.Fatal(err)
-		}
-		if code := w.write(t.Context(), mc, 0, int64(i)); code != "" {
-			t.Errorf("%s client: the first create_project failed: %s", client, code)
-		}
-		if code := w.write(t.Context(), mc, 0, int64(i)); code != "CONFLICT" {
-			t.Errorf("%s client: create_project of a name taken: %q, want CONFLICT", client, code)
-		}
-		mc.close()
-		tr.CloseIdleConnections()
-	}
-	if err := s.close(); err != nil {
-		t.Errorf("close: %v", err)
-	}
-	if s.store.commits.Load() < 4 {
-		t.Errorf("%d commits, want one a call", s.store.commits.Load())
-	}
-	if conn, err := net.DialTimeout("tcp", strings.TrimPrefix(s.url, "http://"), time.Second); err == nil {
-		conn.Close()
-		t.Errorf("the SDK server's port %s is still open after close", s.url)
-	}
 }
 
 // Ensure --target stdio starts writerd serve --stdio, drives it with the
@@ -417,7 +369,7 @@ func TestBench_Stdio(t *testing.T) {
 	tmp := t.TempDir()
 	rep := mustBench(t, runConfig{env: []string{"TMPDIR=" + tmp, "WRITERD_DATA=" + filepath.Join(tmp, "serve")}},
 		append([]string{"--target", "stdio", "--baseline"}, benchTransportShort...)...)
-	if rep.Target != targetStdio || rep.Store != "fresh" || rep.Agents != 2 {
+	if rep.Target != bench.TargetStdio || rep.Store != "fresh" || rep.Agents != 2 {
 		t.Errorf("report of target %s, store %s, %d agents", rep.Target, rep.Store, rep.Agents)
 	}
 	run := rep.Writerd
@@ -425,69 +377,6 @@ func TestBench_Stdio(t *testing.T) {
 	if run.CPU.Server == nil || *run.CPU.Server <= 0 || run.CommitMillis <= 0 || run.Heap == nil || run.Heap.End == 0 || run.RSS == nil || run.RSS.End == 0 {
 		t.Errorf("cpu %+v, commits of %v ms, heap %+v, resident %+v; want the server's CPU, commits and memory", run.CPU, run.CommitMillis, run.Heap, run.RSS)
 	}
-	mustHaveRatios(t, rep, runInProcess)
+	mustHaveRatios(t, rep, bench.BaselineInProcess)
 	mustLeaveNothing(t, tmp)
-}
-
-// Ensure bench's own MCP client sends what the SDK's client sends at
-// protocol 2026-07-28, request for request: the same methods, paths,
-// headers and bodies, but the JSON-RPC ids; so that --client bench
-// measures the server doing the same work.
-func TestBench_ClientAsSDK(t *testing.T) {
-	s, err := startSDKServer(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
-	u, err := url.Parse(s.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	ids := regexp.MustCompile(`^\{"jsonrpc":"2.0","id":[0-9]+,`)
-	var (
-		mu   sync.Mutex
-		seen []string
-	)
-	rec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		var h strings.Builder
-		fmt.Fprintf(&h, "%s %s\n", r.Method, r.URL)
-		for _, k := range slices.Sorted(maps.Keys(r.Header)) {
-			if k != "User-Agent" && k != "Accept-Encoding" && k != "Content-Length" {
-				fmt.Fprintf(&h, "%s: %q\n", k, r.Header[k])
-			}
-		}
-		mu.Lock()
-		seen = append(seen, h.String()+ids.ReplaceAllString(string(body), `{"jsonrpc":"2.0","id":ID,`))
-		mu.Unlock()
-		proxy.ServeHTTP(w, r)
-	}))
-	defer rec.Close()
-	w := newWorkload("create_project", 1)
-	sent := func(client string) []string {
-		mu.Lock()
-		seen = nil
-		mu.Unlock()
-		b := &bench{agents: 1, client: client}
-		tr := b.transport()
-		defer tr.CloseIdleConnections()
-		mc, err := b.dialMCP(t.Context(), []string{rec.URL}, "wrd_token", tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.write(t.Context(), mc, 0, 0)
-		mc.close()
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(seen)
-	}
-	want, got := sent(clientSDK), sent(clientBench)
-	if len(want) < 2 {
-		t.Fatalf("the SDK's client sent %d requests, want at least server/discover and tools/call:\n%s", len(want), strings.Join(want, "\n\n"))
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("bench's client sent:\n%s\n\nthe SDK's client sent:\n%s", strings.Join(got, "\n\n"), strings.Join(want, "\n\n"))
-	}
 }

@@ -277,7 +277,8 @@ func TestFrames_HostileFramesKeepSession(t *testing.T) {
 				return
 			}
 			if tt.code == invalidInput {
-				if a.Result == nil || !a.Result.IsError || len(a.Result.Content) != 1 || envelopeCode([]byte(a.Result.Content[0].Text)) != "INVALID_INPUT" {
+				var e envelope
+				if a.Result == nil || !a.Result.IsError || len(a.Result.Content) != 1 || json.Unmarshal([]byte(a.Result.Content[0].Text), &e) != nil || e.Error.Code != "INVALID_INPUT" {
 					t.Fatalf("answer %s, want the tool error INVALID_INPUT", before[0])
 				}
 				if strings.Contains(withoutID(before[0]), m) {

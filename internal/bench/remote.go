@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -22,15 +22,15 @@ import (
 // writing to servers[a % len(servers)], and reads what they did from
 // their /metrics, summed; then, with baseline (MCP only), the pipeline
 // in process and the bare SDK server.
-func (b *bench) runRemote(ctx context.Context, target string, servers []string, token string, baseline bool) (*benchReport, error) {
-	rep := &benchReport{Tool: b.tool, Target: target, Agents: b.agents, Duration: b.duration.Seconds(), Store: "daemon"}
+func (b *bench) runRemote(ctx context.Context, target string, servers []string, token string, baseline bool) (*Report, error) {
+	rep := &Report{Tool: b.tool, Target: target, Agents: b.agents, Duration: b.duration.Seconds(), Store: "daemon"}
 	if len(servers) > 1 {
 		rep.Store = strconv.Itoa(len(servers)) + " replicas"
 	}
-	if target == targetMCP {
+	if target == TargetMCP {
 		rep.Client = b.client
 	}
-	run, err := func() (*runResult, error) {
+	run, err := func() (*Result, error) {
 		t := b.transport()
 		client := &http.Client{Transport: t}
 		defer client.CloseIdleConnections()
@@ -42,7 +42,7 @@ func (b *bench) runRemote(ctx context.Context, target string, servers []string, 
 			return nil, err
 		}
 		var c caller
-		if target == targetAPI {
+		if target == TargetAPI {
 			c = &apiCaller{client: client, servers: servers, token: token}
 		} else {
 			mc, err := b.dialMCP(ctx, servers, token, t)
@@ -59,7 +59,7 @@ func (b *bench) runRemote(ctx context.Context, target string, servers []string, 
 	}
 	rep.Writerd = run
 	if baseline {
-		if rep.Baselines, err = b.runTransportBaselines(ctx, target == targetMCP); err != nil {
+		if rep.Baselines, err = b.runTransportBaselines(ctx, target == TargetMCP); err != nil {
 			return nil, err
 		}
 		rep.compare()
@@ -79,7 +79,7 @@ func (b *bench) transport() *http.Transport {
 // measureDaemon runs the writes through c against a daemon whose /metrics
 // the scraper reads, and returns the run, named writerd: the daemon's
 // commits, CPU and memory from its metrics, this process's CPU.
-func (b *bench) measureDaemon(ctx context.Context, c caller, scraper *scraper, rep *benchReport) (*runResult, error) {
+func (b *bench) measureDaemon(ctx context.Context, c caller, scraper *scraper, rep *Report) (*Result, error) {
 	w := newWorkload(b.tool, b.agents)
 	if err := setupAgents(ctx, w, c, b.agents); err != nil {
 		return nil, err
@@ -111,7 +111,7 @@ func (b *bench) measureDaemon(ctx context.Context, c caller, scraper *scraper, r
 	if cpuOK {
 		run.setCPU(cpu1 - cpu0)
 	} else {
-		run.CPU = &cpuUse{}
+		run.CPU = &CPU{}
 	}
 	daemon := round(after.cpu-before.cpu, 3)
 	run.CPU.Server = &daemon
@@ -119,8 +119,8 @@ func (b *bench) measureDaemon(ctx context.Context, c caller, scraper *scraper, r
 		per := round(daemon*1e6/float64(run.Writes), 1)
 		run.CPU.ServerPerWriteMicros = &per
 	}
-	run.Heap = &memory{End: uint64(after.heap), Peak: uint64(max(heapPeak, after.heap))}
-	run.RSS = &memory{End: uint64(after.rss), Peak: uint64(max(rssPeak, after.rss))}
+	run.Heap = &Memory{End: uint64(after.heap), Peak: uint64(max(heapPeak, after.heap))}
+	run.RSS = &Memory{End: uint64(after.rss), Peak: uint64(max(rssPeak, after.rss))}
 	return run, nil
 }
 
@@ -199,10 +199,10 @@ type mcpClient interface {
 
 // dialMCP opens b.client's MCP client for the agents at servers.
 func (b *bench) dialMCP(ctx context.Context, servers []string, token string, t http.RoundTripper) (mcpClient, error) {
-	if b.client == clientSDK {
-		return dialMCP(ctx, servers, token, b.agents, t)
+	if b.client == ClientSDK {
+		return dialMCP(ctx, servers, token, b.version, b.agents, t)
 	}
-	return dialHTTPMCP(ctx, servers, token, t)
+	return dialHTTPMCP(ctx, servers, token, b.version, t)
 }
 
 // mcpCaller calls over MCP Streamable HTTP, one SDK client session per
@@ -228,8 +228,8 @@ func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // dialMCP opens a session for each agent, all at once, agent a's at
 // servers[a % len(servers)].
-func dialMCP(ctx context.Context, servers []string, token string, agents int, t http.RoundTripper) (*mcpCaller, error) {
-	client := sdk.NewClient(benchClientInfo(), nil)
+func dialMCP(ctx context.Context, servers []string, token, version string, agents int, t http.RoundTripper) (*mcpCaller, error) {
+	client := sdk.NewClient(clientInfo(version), nil)
 	hc := &http.Client{Transport: tokenTransport{token: token, base: t}}
 	c := &mcpCaller{sessions: make([]*sdk.ClientSession, agents)}
 	errs := make([]error, agents)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -28,10 +28,10 @@ import (
 // runStdio starts the server, runs the writes through its stdio, reads
 // what it did from its /metrics, stops it, and then, with baseline, runs
 // the pipeline in process.
-func (b *bench) runStdio(ctx context.Context, baseline bool) (*benchReport, error) {
-	rep := &benchReport{Tool: b.tool, Target: targetStdio, Agents: b.agents, Duration: b.duration.Seconds(), Store: "fresh"}
-	run, err := func() (run *runResult, err error) {
-		child, err := startStdioServer(ctx)
+func (b *bench) runStdio(ctx context.Context, baseline bool) (*Report, error) {
+	rep := &Report{Tool: b.tool, Target: TargetStdio, Agents: b.agents, Duration: b.duration.Seconds(), Store: "fresh"}
+	run, err := func() (run *Result, err error) {
+		child, err := startStdioServer(ctx, b.version)
 		if err != nil {
 			return nil, err
 		}
@@ -71,8 +71,8 @@ type stdioServer struct {
 // with an XDG_CONFIG_HOME of its own (its audit key's), and a loopback
 // HTTP port without tokens for its /metrics; no WRITERD_ variable of
 // bench's environment reaches it. It returns once the server has said
-// where it listens and answered initialize.
-func startStdioServer(ctx context.Context) (_ *stdioServer, err error) {
+// where it listens and answered initialize, to a client named at version.
+func startStdioServer(ctx context.Context, version string) (_ *stdioServer, err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find this binary to start writerd serve --stdio: %w", err)
@@ -128,7 +128,7 @@ func startStdioServer(ctx context.Context) (_ *stdioServer, err error) {
 		fail("was stopped")
 		return nil, ctx.Err()
 	}
-	if err := s.client.initialize(ctx); err != nil {
+	if err := s.client.initialize(ctx, version); err != nil {
 		return nil, fail("did not answer initialize (" + err.Error() + ")")
 	}
 	return s, nil
@@ -318,13 +318,13 @@ func (c *stdioClient) close() {
 }
 
 // initialize opens the session at the newest protocol version the SDK
-// knows, and says it is initialized.
-func (c *stdioClient) initialize(ctx context.Context) error {
+// knows, as writerd-bench at version, and says it is initialized.
+func (c *stdioClient) initialize(ctx context.Context, version string) error {
 	versions := sdk.SupportedProtocolVersions()
 	params, _ := json.Marshal(map[string]any{
 		"protocolVersion": slices.Max(versions),
 		"capabilities":    map[string]any{},
-		"clientInfo":      benchClientInfo(),
+		"clientInfo":      clientInfo(version),
 	})
 	answer, err := c.roundTrip(ctx, "initialize", params)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -22,15 +23,16 @@ type bench struct {
 	agents   int
 	duration time.Duration
 	tool     string
-	client   string // of --target mcp: clientBench or clientSDK
+	client   string // of --target mcp: ClientBench or ClientSDK
+	version  string // writerd's: Config.Version
 	progress *progress
 }
 
 // runInproc runs the writes through a pipeline in this process, on dir, a
 // fresh data directory, or a fresh database on the PostgreSQL server
 // storeURL names, then the baselines if asked.
-func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bool) (*benchReport, error) {
-	rep := &benchReport{Tool: b.tool, Target: targetInproc, Agents: b.agents, Duration: b.duration.Seconds(), Store: "given"}
+func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bool) (*Report, error) {
+	rep := &Report{Tool: b.tool, Target: TargetInproc, Agents: b.agents, Duration: b.duration.Seconds(), Store: "given"}
 	if dir == "" {
 		rep.Store = "fresh"
 		var err error
@@ -53,7 +55,7 @@ func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bo
 		}()
 		store = scratch
 	}
-	run, err := b.runPipeline(ctx, "writerd", store, filepath.Join(dir, auditKeyFile), rep)
+	run, err := b.runPipeline(ctx, "writerd", store, filepath.Join(dir, auditlog.LegacyKeyFile), rep)
 	if err != nil {
 		return nil, err
 	}
@@ -69,8 +71,8 @@ func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bo
 
 // runPipeline measures the pipeline's writes on the store, as the run
 // named name.
-func (b *bench) runPipeline(ctx context.Context, name string, store daemon.StoreConfig, keyFile string, rep *benchReport) (*runResult, error) {
-	s, err := openBenchPipeline(ctx, store, keyFile)
+func (b *bench) runPipeline(ctx context.Context, name string, store daemon.StoreConfig, keyFile string, rep *Report) (*Result, error) {
+	s, err := openBenchPipeline(ctx, store, keyFile, b.version)
 	if err != nil {
 		return nil, err
 	}
@@ -109,9 +111,9 @@ func (b *bench) runPipeline(ctx context.Context, name string, store daemon.Store
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	run.Heap = &memory{End: ms.HeapInuse, Peak: max(peak, ms.HeapInuse)}
+	run.Heap = &Memory{End: ms.HeapInuse, Peak: max(peak, ms.HeapInuse)}
 	if n := float64(run.Writes); n > 0 && after.known {
-		d := &disk{FilePerWrite: round(float64(after.file-before.file)/n, 1), PagesPerWrite: round(float64(after.pages-before.pages)/n, 1),
+		d := &Disk{FilePerWrite: round(float64(after.file-before.file)/n, 1), PagesPerWrite: round(float64(after.pages-before.pages)/n, 1),
 			Buckets: map[string]float64{}}
 		for name, size := range after.buckets {
 			d.Buckets[name] = round(float64(size-before.buckets[name])/n, 1)
@@ -148,7 +150,7 @@ func (t *tallier) load() tally {
 
 // setCommits sets a run's commits a second, writes per commit and the
 // mean time of a commit from the commits of the run.
-func (r *runResult) setCommits(t tally) {
+func (r *Result) setCommits(t tally) {
 	r.Commits = t.commits
 	r.CommitsPerSecond = round(float64(t.commits)/r.Seconds, 1)
 	if t.commits > 0 {
@@ -158,8 +160,8 @@ func (r *runResult) setCommits(t tally) {
 }
 
 // setCPU sets the CPU time of the run and per write.
-func (r *runResult) setCPU(d time.Duration) {
-	r.CPU = &cpuUse{Seconds: round(d.Seconds(), 3)}
+func (r *Result) setCPU(d time.Duration) {
+	r.CPU = &CPU{Seconds: round(d.Seconds(), 3)}
 	if r.Writes > 0 {
 		r.CPU.PerWriteMicros = round(float64(d.Microseconds())/float64(r.Writes), 1)
 	}
@@ -230,12 +232,12 @@ type benchPipeline struct {
 	commits tallier
 }
 
-func openBenchPipeline(ctx context.Context, store daemon.StoreConfig, keyFile string) (*benchPipeline, error) {
+func openBenchPipeline(ctx context.Context, store daemon.StoreConfig, keyFile, version string) (*benchPipeline, error) {
 	s := &benchPipeline{}
 	d, err := daemon.Open(ctx, daemon.Config{
 		Store: store, KeyFile: keyFile,
 		Logger:   slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Version:  version(),
+		Version:  version,
 		OnCommit: s.commits.observe,
 	})
 	if err != nil {

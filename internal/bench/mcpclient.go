@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -27,23 +27,27 @@ import (
 // the server's. --client sdk keeps the SDK's sessions, for what an SDK
 // agent costs.
 
-// Clients of --target mcp.
+// Clients of TargetMCP (Config.Client).
 const (
-	clientBench = "bench"
-	clientSDK   = "sdk"
+	// ClientBench is bench's own client, below: the SDK client's requests
+	// at a fraction of its CPU.
+	ClientBench = "bench"
+	// ClientSDK is one session of the MCP Go SDK's client per agent.
+	ClientSDK = "sdk"
 )
 
-// benchClientMeta is the _meta member the SDK's client puts in every
+// clientMeta is the _meta member the SDK's client puts in every
 // request's params at protocol 2026-07-28, with the name and version
 // dialMCP gives it.
-var benchClientMeta = sync.OnceValue(func() string {
-	info, _ := json.Marshal(benchClientInfo())
+func clientMeta(version string) string {
+	info, _ := json.Marshal(clientInfo(version))
 	return `"_meta":{"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}},"io.modelcontextprotocol/clientInfo":` + string(info) + `,"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`
-})
+}
 
-// benchClientInfo is how bench's clients name themselves to a server.
-func benchClientInfo() *sdk.Implementation {
-	return &sdk.Implementation{Name: "writerd-bench", Version: version()}
+// clientInfo is how bench's clients name themselves to a server: as
+// writerd-bench at writerd's version.
+func clientInfo(version string) *sdk.Implementation {
+	return &sdk.Implementation{Name: "writerd-bench", Version: version}
 }
 
 // httpMCPCaller calls tools over MCP Streamable HTTP with bench's own
@@ -52,18 +56,19 @@ type httpMCPCaller struct {
 	client  *http.Client
 	servers []string
 	token   string // none for the bare SDK server
+	meta    string // clientMeta's
 	next    atomic.Int64
 }
 
 // dialHTTPMCP asks each server what it serves (server/discover, as the
 // SDK's client does first), and refuses one that does not speak 2026-07-28.
-func dialHTTPMCP(ctx context.Context, servers []string, token string, t http.RoundTripper) (*httpMCPCaller, error) {
-	c := &httpMCPCaller{client: &http.Client{Transport: t}, servers: servers, token: token}
+func dialHTTPMCP(ctx context.Context, servers []string, token, version string, t http.RoundTripper) (*httpMCPCaller, error) {
+	c := &httpMCPCaller{client: &http.Client{Transport: t}, servers: servers, token: token, meta: clientMeta(version)}
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
 	for i, s := range servers {
 		wg.Go(func() {
-			answer, err := c.roundTrip(ctx, s, "server/discover", "", "{"+benchClientMeta()+"}")
+			answer, err := c.roundTrip(ctx, s, "server/discover", "", "{"+c.meta+"}")
 			if err != nil {
 				errs[i] = err
 				return
@@ -129,7 +134,7 @@ func (c *httpMCPCaller) roundTrip(ctx context.Context, server, method, tool, par
 
 func (c *httpMCPCaller) call(ctx context.Context, agent int, tool, key, rest string, want bool) ([]byte, string) {
 	a := args(key, rest)
-	meta := benchClientMeta()
+	meta := c.meta
 	params := make([]byte, 0, len(a)+len(meta)+64)
 	params = append(params, '{')
 	params = append(params, meta...)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -20,9 +20,9 @@ import (
 // The workload of writerd bench: what each agent writes, and the loop
 // that drives the agents and measures them.
 
-// benchArgBytes is the size a write's arguments aim at, the key included:
+// ArgBytes is the size a write's arguments aim at, the key included:
 // a small entity as an agent sends it.
-const benchArgBytes = 380
+const ArgBytes = 380
 
 // benchFiller pads arguments to their size: plain prose, as a description
 // or a body holds.
@@ -57,7 +57,7 @@ const codeTransport = "TRANSPORT"
 type workload struct {
 	tool   string
 	run    string
-	filler int // the filler's length that brings the arguments to benchArgBytes
+	filler int // the filler's length that brings the arguments to ArgBytes
 
 	// Per agent, touched by its goroutine only.
 	project  []string // create_record, update_record: the agent's project
@@ -77,7 +77,7 @@ func newWorkload(tool string, agents int) *workload {
 	for a := range agents {
 		w.project[a], w.record[a], w.revision[a] = strings.Repeat("0", 26), strings.Repeat("0", 26), 1
 	}
-	w.filler = max(0, benchArgBytes-len(args(w.key(0, 0), w.rest(0, 0))))
+	w.filler = max(0, ArgBytes-len(args(w.key(0, 0), w.rest(0, 0))))
 	return w
 }
 
@@ -197,7 +197,7 @@ func (w *workload) argBytes() int {
 // write i; it returns the write's code, "" on success. A write in flight
 // when d ends is finished and counted. Only successful writes have their
 // latency kept; the others are counted by code.
-func drive(ctx context.Context, p *progress, name string, agents int, d time.Duration, write func(a int, i int64) string) (*runResult, error) {
+func drive(ctx context.Context, p *progress, name string, agents int, d time.Duration, write func(a int, i int64) string) (*Result, error) {
 	var (
 		stop    atomic.Bool
 		done    atomic.Int64
@@ -239,13 +239,13 @@ func drive(ctx context.Context, p *progress, name string, agents int, d time.Dur
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &runResult{Name: name, Seconds: elapsed.Seconds(), Errors: map[string]int64{}}
+	r := &Result{Name: name, Seconds: elapsed.Seconds(), Errors: map[string]int64{}}
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	r.Writes = int64(len(all))
 	r.WritesPerSecond = float64(r.Writes) / elapsed.Seconds()
 	if len(all) > 0 {
-		r.Latency = &latency{P50: pct(all, 0.50), P90: pct(all, 0.90), P99: pct(all, 0.99), Max: ms(all[len(all)-1])}
+		r.Latency = &Latency{P50: pct(all, 0.50), P90: pct(all, 0.90), P99: pct(all, 0.99), Max: ms(all[len(all)-1])}
 	}
 	for _, e := range errs {
 		for code, n := range e {
@@ -288,7 +288,7 @@ func (p *progress) start(name string, d time.Duration, start time.Time, done, fa
 			}
 			el := time.Since(start)
 			line := fmt.Sprintf("writerd bench: %s %ds of %s: %s writes, %s/s, %s errors",
-				name, int(el.Seconds()), shortDuration(d), thousands(float64(done.Load())),
+				name, int(el.Seconds()), lasting(d), thousands(float64(done.Load())),
 				thousands(float64(done.Load())/el.Seconds()), thousands(float64(failed.Load())))
 			if p.tty {
 				fmt.Fprint(p.w, "\r\x1b[K"+line)
@@ -298,6 +298,19 @@ func (p *progress) start(name string, d time.Duration, start time.Time, done, fa
 		}
 	}()
 	return func() { close(quit); <-over }
+}
+
+// lasting writes a run's length as --duration takes it: 1m, not 1m0s.
+// (cmd/writerd formats its flags' defaults alike; bench may not import it.)
+func lasting(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // thousands writes a number rounded to a whole one, with thousands

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 // The baselines of writerd bench --baseline: the raw store doing the puts
 // of one write, with nothing of the pipeline around them. A write's puts
-// are three values of benchArgBytes: the entity under a new ULID, the
+// are three values of ArgBytes: the entity under a new ULID, the
 // key's record under principal 0x00 key, the audit event under the next
 // sequence number, each in a bucket of its own, in one transaction. Every
 // baseline runs on a fresh data directory, with writerd's page size and
@@ -33,7 +33,7 @@ var (
 )
 
 // baseValue is every put's value.
-var baseValue = []byte(strings.Repeat("x", benchArgBytes))
+var baseValue = []byte(strings.Repeat("x", ArgBytes))
 
 // baseline is one way of committing the puts.
 type baseline struct {
@@ -59,8 +59,8 @@ func baselines() []baseline {
 
 // runBaselines runs every baseline, one after the other, each on a fresh
 // data directory removed after it.
-func (b *bench) runBaselines(ctx context.Context) ([]*runResult, error) {
-	var runs []*runResult
+func (b *bench) runBaselines(ctx context.Context) ([]*Result, error) {
+	var runs []*Result
 	for _, bl := range baselines() {
 		run, err := b.runBaseline(ctx, bl)
 		if err != nil {
@@ -71,7 +71,7 @@ func (b *bench) runBaselines(ctx context.Context) ([]*runResult, error) {
 	return runs, nil
 }
 
-func (b *bench) runBaseline(ctx context.Context, bl baseline) (*runResult, error) {
+func (b *bench) runBaseline(ctx context.Context, bl baseline) (*Result, error) {
 	dir, err := os.MkdirTemp("", "writerd-bench-")
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func basePuts[B putter](bucket func([]byte) B, key []byte) error {
 	return events.Put(encbin.BigEndian.AppendUint64(nil, seq), baseValue)
 }
 
-// The bare SDK server's store (bench_sdkserver.go): a project under its
+// The bare SDK server's store (sdkserver.go): a project under its
 // id and its name in an index, in one durable db.Update, as a user's own
 // MCP server on bbolt would keep them; writerd's page size and bbolt's
 // defaults otherwise (fsync on).

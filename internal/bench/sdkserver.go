@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/internal/daemon"
 )
 
@@ -22,24 +23,24 @@ import (
 // the pipeline in process, and what a user would build instead of
 // writerd, a bare MCP server on the same SDK. The bare server is a
 // measuring stick, not a product: its store (sdkStore, in
-// bench_baseline.go with bench's other raw-store baselines) writes bbolt
+// baseline.go with bench's other raw-store baselines) writes bbolt
 // directly.
 
 // Names of the transport baselines' runs.
 const (
-	runInProcess = "in process"
-	runSDKServer = "SDK server"
+	BaselineInProcess = "in process"
+	BaselineSDKServer = "SDK server"
 )
 
 // runTransportBaselines runs the pipeline in process and, with sdkServer,
 // the bare SDK server, one after the other, each for the same duration
 // and agents on a fresh data directory removed after it.
-func (b *bench) runTransportBaselines(ctx context.Context, sdkServer bool) ([]*runResult, error) {
+func (b *bench) runTransportBaselines(ctx context.Context, sdkServer bool) ([]*Result, error) {
 	inproc, err := b.runInprocBaseline(ctx)
 	if err != nil {
 		return nil, err
 	}
-	runs := []*runResult{inproc}
+	runs := []*Result{inproc}
 	if sdkServer {
 		run, err := b.runSDKServer(ctx)
 		if err != nil {
@@ -52,13 +53,13 @@ func (b *bench) runTransportBaselines(ctx context.Context, sdkServer bool) ([]*r
 
 // runInprocBaseline runs the pipeline in process, as --target inproc does,
 // on a fresh data directory.
-func (b *bench) runInprocBaseline(ctx context.Context) (*runResult, error) {
+func (b *bench) runInprocBaseline(ctx context.Context) (*Result, error) {
 	dir, err := os.MkdirTemp("", "writerd-bench-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	return b.runPipeline(ctx, runInProcess, daemon.StoreConfig{Data: dir}, filepath.Join(dir, auditKeyFile), &benchReport{})
+	return b.runPipeline(ctx, BaselineInProcess, daemon.StoreConfig{Data: dir}, filepath.Join(dir, auditlog.LegacyKeyFile), &Report{})
 }
 
 // sdkProjectArgs are the bare server's create_project arguments: the
@@ -92,13 +93,14 @@ type sdkServer struct {
 	done  chan error
 }
 
-// startSDKServer starts the bare server on a fresh store in dir.
-func startSDKServer(dir string) (*sdkServer, error) {
+// startSDKServer starts the bare server on a fresh store in dir; it
+// gives version as its own.
+func startSDKServer(dir, version string) (*sdkServer, error) {
 	store, err := openSDKStore(dir)
 	if err != nil {
 		return nil, err
 	}
-	server := sdk.NewServer(&sdk.Implementation{Name: "writerd-bench-sdk-server", Version: version()}, nil)
+	server := sdk.NewServer(&sdk.Implementation{Name: "writerd-bench-sdk-server", Version: version}, nil)
 	sdk.AddTool(server, &sdk.Tool{Name: "create_project", Description: "Create a project with a unique name."},
 		func(_ context.Context, _ *sdk.CallToolRequest, in sdkProjectArgs) (*sdk.CallToolResult, sdkProjectResult, error) {
 			p := sdkProject{ID: ulid.Make().String(), Name: in.Name, Description: in.Description, Labels: in.Labels, CreatedAt: time.Now().UTC()}
@@ -144,13 +146,13 @@ func (s *sdkServer) close() error {
 // runSDKServer runs the writes against the bare SDK server on a fresh data
 // directory, through the MCP client writerd's MCP run uses (--client),
 // with one write per agent before the run, as against writerd.
-func (b *bench) runSDKServer(ctx context.Context) (*runResult, error) {
+func (b *bench) runSDKServer(ctx context.Context) (*Result, error) {
 	dir, err := os.MkdirTemp("", "writerd-bench-sdk-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	s, err := startSDKServer(dir)
+	s, err := startSDKServer(dir, b.version)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +171,7 @@ func (b *bench) runSDKServer(ctx context.Context) (*runResult, error) {
 	runtime.GC()
 	c0 := s.store.tally()
 	cpu0, cpuOK := cpuTime()
-	run, err := drive(ctx, b.progress, runSDKServer, b.agents, b.duration, func(a int, i int64) string {
+	run, err := drive(ctx, b.progress, BaselineSDKServer, b.agents, b.duration, func(a int, i int64) string {
 		return w.write(ctx, mc, a, i)
 	})
 	cpu1, _ := cpuTime()

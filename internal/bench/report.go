@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -8,11 +8,12 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"text/tabwriter"
 )
 
-// benchReport is what writerd bench prints: as a table, or as JSON with
-// -o json, in this shape.
-type benchReport struct {
+// Report is what writerd bench prints: as a table (WriteTable), or as
+// JSON with -o json (WriteJSON), in this shape.
+type Report struct {
 	Tool   string `json:"tool"`
 	Target string `json:"target"`
 	// Client is the MCP client of --target mcp: "bench" or "sdk".
@@ -22,22 +23,23 @@ type benchReport struct {
 	// ArgBytes is the mean size of a write's arguments, the key included.
 	ArgBytes int `json:"argument_bytes"`
 	// Store is where writerd wrote: "fresh" (a new data directory),
-	// "given" (--data), or "daemon".
+	// "fresh postgres" (a scratch database), "given" (--data), "daemon",
+	// or "N replicas".
 	Store string `json:"store"`
 	// StoreBytes is the size of the store's file before the run, in
 	// process.
-	StoreBytes int64        `json:"store_bytes_before,omitempty"`
-	Writerd    *runResult   `json:"writerd"`
-	Baselines  []*runResult `json:"baselines,omitempty"`
+	StoreBytes int64     `json:"store_bytes_before,omitempty"`
+	Writerd    *Result   `json:"writerd"`
+	Baselines  []*Result `json:"baselines,omitempty"`
 }
 
-// runResult is one run: writerd's, or a baseline's.
-type runResult struct {
+// Result is one run: writerd's, or a baseline's.
+type Result struct {
 	Name            string           `json:"name"`
 	Writes          int64            `json:"writes"`
 	Seconds         float64          `json:"seconds"`
 	WritesPerSecond float64          `json:"writes_per_second"`
-	Latency         *latency         `json:"latency_ms"`
+	Latency         *Latency         `json:"latency_ms"`
 	Errors          map[string]int64 `json:"errors"`
 	// Commits are the write transactions committed, each fsynced.
 	Commits          int64   `json:"commits"`
@@ -46,55 +48,55 @@ type runResult struct {
 	// CommitMillis is the mean time of a commit: the writes run in its
 	// transaction and the fsync (writerd's group commit only).
 	CommitMillis float64 `json:"commit_ms,omitempty"`
-	CPU          *cpuUse `json:"cpu,omitempty"`
-	Heap         *memory `json:"heap_inuse_bytes,omitempty"`
-	RSS          *memory `json:"resident_bytes,omitempty"` // a daemon's
-	Disk         *disk   `json:"disk,omitempty"`
+	CPU          *CPU    `json:"cpu,omitempty"`
+	Heap         *Memory `json:"heap_inuse_bytes,omitempty"`
+	RSS          *Memory `json:"resident_bytes,omitempty"` // a daemon's
+	Disk         *Disk   `json:"disk,omitempty"`
 	// Ratio is writerd's against this run (on a baseline only).
-	Ratio *ratio `json:"writerd_ratio,omitempty"`
+	Ratio *Ratio `json:"writerd_ratio,omitempty"`
 }
 
-// latency is a run's latency of successful writes, in milliseconds.
-type latency struct {
+// Latency is a run's latency of successful writes, in milliseconds.
+type Latency struct {
 	P50 float64 `json:"p50"`
 	P90 float64 `json:"p90"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
 }
 
-// cpuUse is the CPU time a run used: this process's (user and system),
+// CPU is the CPU time a run used: this process's (user and system),
 // and a daemon's from its process_cpu_seconds_total.
-type cpuUse struct {
+type CPU struct {
 	Seconds              float64  `json:"seconds"`
 	PerWriteMicros       float64  `json:"us_per_write"`
 	Server               *float64 `json:"server_seconds,omitempty"`
 	ServerPerWriteMicros *float64 `json:"server_us_per_write,omitempty"`
 }
 
-// memory is a size sampled during a run: at its end, and the largest seen.
-type memory struct {
+// Memory is a size sampled during a run: at its end, and the largest seen.
+type Memory struct {
 	End  uint64 `json:"end"`
 	Peak uint64 `json:"peak"`
 }
 
-// disk is how much the store grew per write: its file, the pages bbolt
+// Disk is how much the store grew per write: its file, the pages bbolt
 // uses (the file's high-water mark), and each bucket's pages.
-type disk struct {
+type Disk struct {
 	FilePerWrite  float64            `json:"file_bytes_per_write"`
 	PagesPerWrite float64            `json:"page_bytes_per_write"`
 	Buckets       map[string]float64 `json:"bucket_bytes_per_write"`
 }
 
-// ratio is writerd's number divided by a baseline's: above 1, writerd
+// Ratio is writerd's number divided by a baseline's: above 1, writerd
 // writes more a second, or waits longer.
-type ratio struct {
+type Ratio struct {
 	WritesPerSecond float64 `json:"writes_per_second"`
 	P50             float64 `json:"p50"`
 	P99             float64 `json:"p99"`
 }
 
 // compare sets each baseline's ratio.
-func (r *benchReport) compare() {
+func (r *Report) compare() {
 	w := r.Writerd
 	div := func(a, b float64) float64 {
 		if b == 0 {
@@ -106,7 +108,7 @@ func (r *benchReport) compare() {
 		if w.Latency == nil || b.Latency == nil {
 			continue
 		}
-		b.Ratio = &ratio{
+		b.Ratio = &Ratio{
 			WritesPerSecond: div(w.WritesPerSecond, b.WritesPerSecond),
 			P50:             div(w.Latency.P50, b.Latency.P50),
 			P99:             div(w.Latency.P99, b.Latency.P99),
@@ -119,21 +121,22 @@ func round(f float64, places int) float64 {
 	return math.Round(f*p) / p
 }
 
-func (r *benchReport) writeJSON(w io.Writer) error {
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
 }
 
-// writeTable prints the report for a person: a header, one row a run,
+// WriteTable prints the report for a person: a header, one row a run,
 // writerd's against each baseline, then writerd's errors, CPU, memory and
 // disk.
-func (r *benchReport) writeTable(w io.Writer) {
-	where := map[string]string{targetInproc: "in process", targetAPI: "over the direct API", targetMCP: "over MCP Streamable HTTP", targetStdio: "over MCP stdio"}[r.Target]
+func (r *Report) WriteTable(w io.Writer) {
+	where := map[string]string{TargetInproc: "in process", TargetAPI: "over the direct API", TargetMCP: "over MCP Streamable HTTP", TargetStdio: "over MCP stdio"}[r.Target]
 	switch r.Client {
-	case clientBench:
+	case ClientBench:
 		where += " (bench's client)"
-	case clientSDK:
+	case ClientSDK:
 		where += " (the SDK's client)"
 	}
 	agents := fmt.Sprintf("%d agents", r.Agents)
@@ -142,9 +145,8 @@ func (r *benchReport) writeTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "writerd bench: %s %s, %s for %s, arguments of %d bytes, fsync on\n\n",
 		r.Tool, where, agents, trimFloat(r.Duration)+"s", r.ArgBytes)
-	t := &table{w: w}
 	rows := [][]string{{"RUN", "WRITES", "WRITES/S", "P50", "P90", "P99", "MAX", "COMMITS/S", "WRITES/COMMIT", "MS/COMMIT", "CPU/WRITE", "ERRORS"}}
-	for _, run := range append([]*runResult{r.Writerd}, r.Baselines...) {
+	for _, run := range append([]*Result{r.Writerd}, r.Baselines...) {
 		row := []string{run.Name, thousands(float64(run.Writes)), thousands(run.WritesPerSecond)}
 		if l := run.Latency; l != nil {
 			row = append(row, millis(l.P50), millis(l.P90), millis(l.P99), millis(l.Max))
@@ -164,7 +166,7 @@ func (r *benchReport) writeTable(w io.Writer) {
 		}
 		rows = append(rows, row)
 	}
-	t.rows(rows...)
+	writeRows(w, rows)
 
 	if len(r.Baselines) > 0 {
 		fmt.Fprintf(w, "\nwriterd against each (writerd's divided by the run's):\n\n")
@@ -176,7 +178,7 @@ func (r *benchReport) writeTable(w io.Writer) {
 			}
 			rows = append(rows, []string{b.Name, times(b.Ratio.WritesPerSecond), times(b.Ratio.P50), times(b.Ratio.P99)})
 		}
-		(&table{w: w}).rows(rows...)
+		writeRows(w, rows)
 	}
 
 	run := r.Writerd
@@ -191,7 +193,7 @@ func (r *benchReport) writeTable(w io.Writer) {
 	}
 	if h := run.Heap; h != nil {
 		who := ""
-		if r.Target != targetInproc {
+		if r.Target != TargetInproc {
 			who = "the daemon's: "
 		}
 		lines = append(lines, [2]string{"heap in use", fmt.Sprintf("%s%s at the end, %s at the peak", who, mib(h.End), mib(h.Peak))})
@@ -220,6 +222,16 @@ func (r *benchReport) writeTable(w io.Writer) {
 	for _, l := range lines {
 		fmt.Fprintf(w, "%-13s%s\n", l[0]+":", l[1])
 	}
+}
+
+// writeRows prints rows in columns, each cell but the last of a row
+// padded to its column's widest and two spaces.
+func writeRows(w io.Writer, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
 }
 
 func errorCount(errs map[string]int64) int64 {

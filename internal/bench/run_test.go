@@ -1,0 +1,65 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Ensure Run in process writes, with no failure, and reports what the
+// store committed and grew by; its progress lines, and nothing else, go
+// to the progress writer.
+func TestRun_Inproc(t *testing.T) {
+	var progress strings.Builder
+	rep, err := Run(t.Context(), Config{
+		Target: TargetInproc, Tool: "create_record", Agents: 2, Duration: 1200 * time.Millisecond,
+		Data: t.TempDir(), Version: "test",
+	}, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := rep.Writerd
+	switch {
+	case rep.Store != "given" || rep.Tool != "create_record" || rep.Agents != 2:
+		t.Errorf("report of store %q, tool %s, %d agents", rep.Store, rep.Tool, rep.Agents)
+	case run.Writes <= 0 || len(run.Errors) != 0:
+		t.Errorf("%d writes, errors %v; want some writes and no error", run.Writes, run.Errors)
+	case run.Commits <= 0 || run.WritesPerCommit < 1:
+		t.Errorf("%d commits of %.2f writes each; want at least one write a commit", run.Commits, run.WritesPerCommit)
+	case run.Disk == nil || run.Disk.Buckets["audit_events"] <= 0:
+		t.Errorf("disk %+v, want the audit log's bytes among the buckets'", run.Disk)
+	}
+	for l := range strings.SplitSeq(strings.TrimSpace(progress.String()), "\n") {
+		if !strings.HasPrefix(l, "writerd bench: writerd ") {
+			t.Errorf("progress holds %q, want only progress lines", l)
+		}
+	}
+	if progress.Len() == 0 {
+		t.Error("no progress line in a run of 1.2 s, want one a second")
+	}
+}
+
+// Ensure Run refuses a Config it cannot run, rather than panic or spin.
+func TestRun_Refusals(t *testing.T) {
+	ok := Config{Target: TargetInproc, Tool: Tools[0], Agents: 1, Duration: time.Second}
+	for _, tt := range []struct {
+		name string
+		edit func(*Config)
+	}{
+		{"no target", func(c *Config) { c.Target = "grpc" }},
+		{"a read", func(c *Config) { c.Tool = "get_record" }},
+		{"no agent", func(c *Config) { c.Agents = 0 }},
+		{"too many agents", func(c *Config) { c.Agents = MaxAgents + 1 }},
+		{"no duration", func(c *Config) { c.Duration = 0 }},
+		{"a daemon without a server", func(c *Config) { c.Target = TargetAPI }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := ok
+			tt.edit(&cfg)
+			var progress strings.Builder
+			if rep, err := Run(t.Context(), cfg, &progress); err == nil || rep != nil || progress.Len() != 0 {
+				t.Errorf("Run = %v, %v, progress %q; want a refusal and nothing run", rep, err, progress.String())
+			}
+		})
+	}
+}
