@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"regexp"
 	"slices"
@@ -247,6 +250,78 @@ func TestDocs_Stages(t *testing.T) {
 	for _, c := range named {
 		if _, ok := catalogue[Code(c)]; !ok {
 			t.Errorf("the stages name %s, which is not in the catalogue", c)
+		}
+	}
+}
+
+// outcomes returns the values of the Outcome constants result.go
+// declares, read from its source so that a new outcome needs no list
+// kept beside it.
+func outcomes(t *testing.T) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "result.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values []string
+	for _, decl := range f.Decls {
+		g, ok := decl.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			v := spec.(*ast.ValueSpec)
+			if id, ok := v.Type.(*ast.Ident); !ok || id.Name != "Outcome" {
+				continue
+			}
+			for _, e := range v.Values {
+				lit, ok := e.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					t.Fatalf("result.go: an Outcome constant that is not a string literal")
+				}
+				u, _ := strconv.Unquote(lit.Value)
+				values = append(values, u)
+			}
+		}
+	}
+	slices.Sort(values)
+	return values
+}
+
+// lowerMention is a lowercase word in backquotes: `ok`.
+var lowerMention = regexp.MustCompile("`([a-z_]+)`")
+
+// Ensure the outcomes docs/PROTOCOL.md's writerd_calls_total and
+// docs/DESIGN.md section 9 list are the Outcome constants, no more and no
+// fewer.
+func TestDocs_Outcomes(t *testing.T) {
+	want := outcomes(t)
+	if len(want) == 0 {
+		t.Fatal("result.go declares no Outcome constant")
+	}
+	listed := func(text string) []string {
+		var got []string
+		for _, m := range lowerMention.FindAllStringSubmatch(text, -1) {
+			got = append(got, m[1])
+		}
+		slices.Sort(got)
+		return got
+	}
+	var calls string
+	for _, row := range docTable(t, "docs/PROTOCOL.md, \"Metrics\"", docSection(t, "docs/PROTOCOL.md", "## Metrics"), "metric", "labels", "what") {
+		if row[0] == "`writerd_calls_total`" {
+			_, calls, _ = strings.Cut(row[2], "by outcome:")
+		}
+	}
+	_, design, _ := strings.Cut(docSection(t, "docs/DESIGN.md", "## 9. Outcomes and metrics"), "one outcome:")
+	design, _, _ = strings.Cut(design, ". Metrics")
+	design = regexp.MustCompile(`\([^)]*\)`).ReplaceAllString(design, "") // the codes named in parentheses
+	for where, got := range map[string][]string{
+		"docs/PROTOCOL.md, writerd_calls_total": listed(calls),
+		"docs/DESIGN.md, section 9":             listed(design),
+	} {
+		if !slices.Equal(got, want) {
+			t.Errorf("%s lists the outcomes %q, result.go declares %q", where, got, want)
 		}
 	}
 }
