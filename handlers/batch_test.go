@@ -659,7 +659,7 @@ func TestDeleteRecords_SelectionIsExactlyOneForm(t *testing.T) {
 		handlers.DeleteRecordsResult{Attempted: 200, NotFound: edge})
 }
 
-// Ensure each condition of the filter selects what the README says, alone
+// Ensure each condition of the filter selects what docs/PROTOCOL.md says, alone
 // and together: fields by equal value of the same type, title_prefix
 // exactly, created_after and created_before strictly and in any offset,
 // locked either way; and that the confirmed call deletes what the preview

@@ -42,8 +42,8 @@ import (
 
 var updateScreenshots = flag.Bool("update-screenshots", false, "rewrite docs/console/*.png from the console's browser test")
 
-// screenshotDir holds the console's screenshots, for the README's
-// auditor section.
+// screenshotDir holds the console's screenshots, for docs/AUDITING.md's
+// console section.
 const screenshotDir = "../../docs/console"
 
 // browserTimeout bounds one browser test, its browser's start included;

@@ -16,12 +16,12 @@ import (
 	"time"
 )
 
-// The README's transcripts ("$ command" lines, each followed by what it
-// prints) are run as written by TestREADME_Transcripts, so that they
-// cannot drift: every command must exit as its output says (0, or 1 for a
-// verification the transcript shows failing), and print the lines shown,
-// up to what changes from run to run (ids, times, hashes, keys, tokens,
-// durations).
+// The transcripts of the README and docs/AUDITING.md ("$ command" lines,
+// each followed by what it prints) are run as written by
+// TestREADME_Transcripts, so that they cannot drift: every command must
+// exit as its output says (0, or 1 for a verification the transcript
+// shows failing), and print the lines shown, up to what changes from run
+// to run (ids, times, hashes, keys, tokens, durations).
 
 // transcriptStep is one "$ command" of a transcript and the lines shown
 // after it.
@@ -30,32 +30,46 @@ type transcriptStep struct {
 	output  []string
 }
 
-// readmeSection returns README.md's section under heading, up to the
-// next section of level 2.
-func readmeSection(t testing.TB, heading string) string {
+// The documents whose blocks the tests run, from this package's
+// directory: the README (newcomers and operators), docs/PROTOCOL.md
+// (agents and clients) and docs/AUDITING.md (auditors).
+const (
+	readmeFile   = "README.md"
+	protocolFile = "docs/PROTOCOL.md"
+	auditingFile = "docs/AUDITING.md"
+)
+
+// docSection returns the section under heading of file (a path from the
+// repository's root), up to the next section of level 2.
+func docSection(t testing.TB, file, heading string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile(filepath.Join("..", "..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
 	if !ok {
-		t.Fatalf("README.md has no %q", heading)
+		t.Fatalf("%s has no %q", file, heading)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	return section
 }
 
-// readmeBlock returns the first shell block of README.md's section under
-// heading.
-func readmeBlock(t testing.TB, heading string) string {
+// docBlock returns the first shell block of file's section under heading.
+func docBlock(t testing.TB, file, heading string) string {
 	t.Helper()
-	_, block, ok := strings.Cut(readmeSection(t, heading), "```sh\n")
+	_, block, ok := strings.Cut(docSection(t, file, heading), "```sh\n")
 	if !ok {
-		t.Fatalf("README.md's %q has no shell block", heading)
+		t.Fatalf("%s's %q has no shell block", file, heading)
 	}
 	block, _, _ = strings.Cut(block, "```")
 	return block
+}
+
+// readmeBlock is docBlock of README.md.
+func readmeBlock(t testing.TB, heading string) string {
+	t.Helper()
+	return docBlock(t, readmeFile, heading)
 }
 
 // readmeShell is bash running script in dir as a newcomer's shell would:
@@ -85,11 +99,11 @@ func killGroup(cmd *exec.Cmd) {
 	}
 }
 
-// readmeTranscript returns the steps of the first block of README.md's
-// section under heading that holds a line starting with prefix+"$ ".
-func readmeTranscript(t *testing.T, heading, prefix string) []transcriptStep {
+// docTranscript returns the steps of the first block of file's section
+// under heading that holds a line starting with prefix+"$ ".
+func docTranscript(t *testing.T, file, heading, prefix string) []transcriptStep {
 	t.Helper()
-	section := readmeSection(t, heading)
+	section := docSection(t, file, heading)
 	var steps []transcriptStep
 	started := false
 	for _, line := range strings.Split(section, "\n") {
@@ -106,7 +120,7 @@ func readmeTranscript(t *testing.T, heading, prefix string) []transcriptStep {
 		}
 	}
 	if len(steps) == 0 {
-		t.Fatalf("README.md's %q has no transcript", heading)
+		t.Fatalf("%s's %q has no transcript", file, heading)
 	}
 	return steps
 }
@@ -161,10 +175,11 @@ func lineMatcher(line string) *regexp.Regexp {
 	return regexp.MustCompile(re.String())
 }
 
-// Ensure the README's shell blocks and transcripts for a daemon run as
-// written: the HTTP daemon's block starts the daemon (its pid file is what
-// the transcripts signal), the direct API's block writes and lists, the
-// token and audit walkthroughs print what they show (the other writes of
+// Ensure the shell blocks and transcripts for a daemon run as written:
+// the README's HTTP daemon block starts the daemon (its pid file is what
+// the transcripts signal), docs/PROTOCOL.md's direct API block writes and
+// lists, the README's token and docs/AUDITING.md's audit walkthroughs
+// print what they show (the other writes of
 // the audit walkthrough's log made first, and the daemon stopped where
 // the transcript says so), and the check block passes on what is left.
 func TestREADME_Transcripts(t *testing.T) {
@@ -203,13 +218,13 @@ api create_record rec-0000001 '{"project_id":"'$project'","title":"first"}'
 api update_project rename-alpha-1 '{"project_id":"'$project'","expected_revision":1,"name":"beta"}'
 api update_project rename-alpha-2 '{"project_id":"'$project'","expected_revision":1,"name":"gamma"}'
 stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.config/writerd/serve.pid)" 2>/dev/null; do sleep 0.05; done; }
-`, addr, serveLog, replace.Replace(readmeBlock(t, "## The HTTP daemon")), replace.Replace(readmeBlock(t, "### The direct API")))
+`, addr, serveLog, replace.Replace(readmeBlock(t, "## The HTTP daemon")), replace.Replace(docBlock(t, protocolFile, "## The direct API")))
 	var steps []transcriptStep
-	for _, section := range []struct{ heading, prefix string }{
-		{"### Tokens", "    "},
-		{"## The audit log, for auditors", ""},
+	for _, section := range []struct{ file, heading, prefix string }{
+		{readmeFile, "### Tokens", "    "},
+		{auditingFile, "## The audit CLI", ""},
 	} {
-		steps = append(steps, readmeTranscript(t, section.heading, section.prefix)...)
+		steps = append(steps, docTranscript(t, section.file, section.heading, section.prefix)...)
 	}
 	for i, s := range steps {
 		cmd := replace.Replace(s.command)
@@ -241,7 +256,7 @@ stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.conf
 	}
 	for _, want := range []string{"@@api 0", "@@api alpha", "@@check 0"} {
 		if !strings.Contains("\n"+out.String(), "\n"+want+"\n") {
-			t.Errorf("the README's HTTP daemon, direct API or check block: no %q in\n%s", want, out.String())
+			t.Errorf("the HTTP daemon, direct API or check block: no %q in\n%s", want, out.String())
 		}
 	}
 	got := map[int][]string{}
@@ -269,7 +284,7 @@ stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.conf
 			continue
 		}
 		if len(got[i]) != len(s.output) {
-			t.Errorf("$ %s\nprinted %d lines, the README shows %d:\n%s", s.command, len(got[i]), len(s.output), strings.Join(got[i], "\n"))
+			t.Errorf("$ %s\nprinted %d lines, the document shows %d:\n%s", s.command, len(got[i]), len(s.output), strings.Join(got[i], "\n"))
 			continue
 		}
 		for j, want := range s.output {
