@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/writerd/writerd/internal/atomicfile"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -127,38 +128,37 @@ func edit(path string, create bool, change func(*table) error) error {
 	return replace(path, old, b)
 }
 
-// replace writes b to a new file beside path and renames it over path.
-func replace(path string, old fs.FileInfo, b []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*") // mode 0600
+// replace writes b to a new file beside path and renames it over path,
+// with the old file's mode and owner.
+func replace(path string, old fs.FileInfo, b []byte) error {
+	f, err := atomicfile.New(path, 0o600)
 	if err != nil {
 		return fileError("cannot be written", err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
+	defer f.Abort() // nothing once committed
 	if old != nil {
 		if err := f.Chmod(old.Mode().Perm()); err != nil {
 			return fileError("cannot keep its mode", err)
 		}
-		if err := keepOwner(f, old); err != nil {
+		if err := keepOwner(f.File, old); err != nil {
 			return err
 		}
 	}
 	if _, err := f.Write(b); err != nil {
 		return fileError("cannot be written", err)
 	}
-	if err := f.Sync(); err != nil {
-		return fileError("cannot be synced", err)
-	}
-	if err := f.Close(); err != nil {
+	if err := f.Commit(); err != nil {
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			switch pe.Op {
+			case "sync":
+				return fileError("cannot be synced", err)
+			case "rename":
+				return fileError("cannot be replaced", err)
+			case "syncdir":
+				return fileError("directory cannot be synced", err)
+			}
+		}
 		return fileError("cannot be written", err)
 	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fileError("cannot be replaced", err)
-	}
-	return syncDir(dir)
+	return nil
 }

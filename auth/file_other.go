@@ -21,9 +21,6 @@ func checkFile(fi fs.FileInfo) (warning string, err error) {
 
 func keepOwner(*os.File, fs.FileInfo) error { return nil }
 
-// syncDir does nothing: a directory cannot be synced here.
-func syncDir(string) error { return nil }
-
 const lockWait = 10 * time.Second
 
 // lock creates the lock file exclusively, waiting up to lockWait, and

@@ -56,19 +56,6 @@ func keepOwner(f *os.File, old fs.FileInfo) error {
 	return nil
 }
 
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fileError("directory cannot be opened", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fileError("directory cannot be synced", err)
-	}
-	return nil
-}
-
 // lockWait is how long an edit waits for another to finish.
 const lockWait = 10 * time.Second
 

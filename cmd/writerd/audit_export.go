@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/internal/atomicfile"
 )
 
 // auditExport is writerd audit export: the events and their checkpoint as
@@ -96,23 +95,15 @@ func (c *auditExport) Run(ctx context.Context, args []string) error {
 		return c.newer(ctx, src, cp.Size)
 	}
 	path := expandHome(c.out)
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	f, err := atomicfile.New(path, 0o600)
 	if err != nil {
 		return fmt.Errorf("cannot write the export: %w", pathless(err))
 	}
-	defer os.Remove(f.Name()) // once renamed, there is nothing to remove
+	defer f.Abort() // nothing once committed
 	if err := src.Export(ctx, c.start, f, text); err != nil {
-		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("cannot write the export: %w", pathless(err))
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("cannot write the export: %w", pathless(err))
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if err := f.Commit(); err != nil {
 		return fmt.Errorf("cannot write the export: %w", pathless(err))
 	}
 	fmt.Fprintf(c.Stderr, "writerd audit export: wrote events %d to %d and the checkpoint of size %d; check it with writerd audit verify --export %s --key KEY\n",

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/internal/atomicfile"
 )
 
 // auditPublish is writerd audit publish: the log as C2SP tlog-tiles in a
@@ -203,7 +204,7 @@ func (p *publisher) run(ctx context.Context, signed []byte) error {
 	// Every tile is on disk, its directory entry too, before the
 	// checkpoint that points at it.
 	for d := range p.dirs {
-		if err := syncDir(d); err != nil {
+		if err := atomicfile.SyncDir(d); err != nil {
 			return publishError("write", d, err)
 		}
 	}
@@ -213,7 +214,7 @@ func (p *publisher) run(ctx context.Context, signed []byte) error {
 	if err := writeAtomic(p.dir, "checkpoint", signed); err != nil {
 		return err
 	}
-	if err := syncDir(p.dir); err != nil {
+	if err := atomicfile.SyncDir(p.dir); err != nil {
 		return publishError("write", p.dir, err)
 	}
 	return nil
@@ -333,43 +334,21 @@ func (p *publisher) write(t tlog.Tile, data []byte) error {
 
 // writeAtomic writes data as dir/name through a temporary file, synced
 // and renamed over: a reader sees the old file or the new one, whole. The
-// caller syncs dir, so that the rename survives a crash.
+// caller syncs dir once for every file it renamed into it, so that the
+// renames survive a crash.
 func writeAtomic(dir, name string, data []byte) error {
-	f, err := os.CreateTemp(dir, "."+name+".*")
-	if err != nil {
-		return publishError("write", filepath.Join(dir, name), err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
+	path := filepath.Join(dir, name)
+	f, err := atomicfile.New(path, 0o644) // published: any web server reads it
 	if err == nil {
-		err = f.Chmod(0o644) // published: any web server reads it
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
+		if _, err = f.Write(data); err == nil {
+			err = f.Rename()
+		}
+		f.Abort() // nothing once renamed
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return publishError("write", filepath.Join(dir, name), err)
+		return publishError("write", path, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // publishError names the file of DIR that failed: the user chose DIR.

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/httpapi"
+	"github.com/writerd/writerd/internal/atomicfile"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
 )
@@ -289,19 +291,13 @@ type backupFile struct {
 	path string // -o, absolute
 	name string // -o as given, for messages
 	size int64  // announced; 0 if unknown
-	f    *os.File
-	done bool
+	f    *atomicfile.File
 }
 
 // begin creates the temporary file, for a copy of size bytes.
 func (w *backupFile) begin(size int64) (io.Writer, error) {
-	f, err := os.CreateTemp(filepath.Dir(w.path), "."+filepath.Base(w.path)+".*.partial")
+	f, err := atomicfile.New(w.path, 0o600) // whatever the umask
 	if err != nil {
-		return nil, fmt.Errorf("cannot write the backup beside %s: %w", w.name, pathless(err))
-	}
-	if err := f.Chmod(0o600); err != nil { // CreateTemp's mode, whatever the umask
-		f.Close()
-		os.Remove(f.Name())
 		return nil, fmt.Errorf("cannot write the backup beside %s: %w", w.name, pathless(err))
 	}
 	w.f, w.size = f, size
@@ -332,10 +328,7 @@ func (w *backupFile) failed(n int64, err error) error {
 // then syncs the directory, so that -o is the whole backup or what it
 // was before.
 func (w *backupFile) commit() (daemon.BackupFile, error) {
-	if err := w.f.Sync(); err != nil {
-		return daemon.BackupFile{}, fmt.Errorf("cannot write the backup beside %s: %w", w.name, pathless(err))
-	}
-	if err := w.f.Close(); err != nil {
+	if err := w.f.Close(); err != nil { // synced, not yet renamed
 		return daemon.BackupFile{}, fmt.Errorf("cannot write the backup beside %s: %w", w.name, pathless(err))
 	}
 	info, err := daemon.CheckBackup(w.f.Name())
@@ -349,21 +342,19 @@ func (w *backupFile) commit() (daemon.BackupFile, error) {
 	if w.size > 0 && info.Size != w.size {
 		return info, fmt.Errorf("the copy received holds %d bytes, not the %d announced, so %s was not written; take the backup again", info.Size, w.size, w.name)
 	}
-	if err := os.Rename(w.f.Name(), w.path); err != nil {
+	if err := w.f.Commit(); err != nil {
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Op == "syncdir" {
+			return info, fmt.Errorf("wrote %s, but its directory cannot be synced, so the file may not survive a crash: %w", w.name, pathless(err))
+		}
 		return info, fmt.Errorf("cannot write %s: %w", w.name, pathless(err))
-	}
-	w.done = true
-	if err := syncDir(filepath.Dir(w.path)); err != nil {
-		return info, fmt.Errorf("wrote %s, but its directory cannot be synced, so the file may not survive a crash: %w", w.name, pathless(err))
 	}
 	return info, nil
 }
 
 // abandon removes the temporary file of a backup that was not committed.
 func (w *backupFile) abandon() {
-	if w.f != nil && !w.done {
-		w.f.Close()
-		os.Remove(w.f.Name())
+	if w.f != nil {
+		w.f.Abort() // nothing once committed
 	}
 }
 
