@@ -9,21 +9,13 @@ import (
 	"github.com/writerd/writerd/storage/bolt"
 )
 
-// backuper is a store that writes a consistent copy of itself while it
-// serves: the bbolt backend's (bolt.Storage.Backup, one read
-// transaction). It calls begin with the copy's size before it writes
-// any of it to the writer begin returns.
-type backuper interface {
-	Backup(ctx context.Context, begin func(size int64) (io.Writer, error)) (int64, error)
-}
-
 // NoBackupMessage answers a backup asked of a store writerd does not
 // back up itself: a PostgreSQL database, which has its own tools.
 const NoBackupMessage = "This daemon's store is a PostgreSQL database, which writerd does not back up: back it up with PostgreSQL's own tools (pg_dump, or a base backup with WAL archiving)."
 
 // Backup writes a consistent copy of the store s, as of the moment it is
 // called, to the writer begin returns, which it calls first with the
-// copy's size (see backuper): on bbolt, the database file a daemon can
+// copy's size (see pipeline.Backuper): on bbolt, the database file a daemon can
 // be started on. A store that is not open yet is UNAVAILABLE; one that
 // cannot be backed up this way (PostgreSQL) is NOT_FOUND with
 // NoBackupMessage. Nothing is written on either.
@@ -34,7 +26,7 @@ func Backup(ctx context.Context, s Store, begin func(size int64) (io.Writer, err
 			return 0, err
 		}
 	}
-	b, ok := s.(backuper)
+	b, ok := s.(pipeline.Backuper)
 	if !ok {
 		return 0, pipeline.Errorf(pipeline.NotFound, NoBackupMessage)
 	}

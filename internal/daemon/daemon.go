@@ -89,6 +89,7 @@ type Daemon struct {
 
 	cfg          Config
 	log          *slog.Logger
+	noLeader     sync.Once // logs that the store cannot lead
 	checkpointer *auditlog.Checkpointer
 	cosigner     *witness.Cosigner // nil without witnesses
 	mu           sync.Mutex
@@ -206,7 +207,10 @@ func (d *Daemon) open(ctx context.Context) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l, ok := s.(interface{ SetLogger(*slog.Logger) }); ok {
+	if wrapOpened != nil {
+		s = wrapOpened(s)
+	}
+	if l, ok := s.(pipeline.LogSetter); ok {
 		l.SetLogger(d.log) // the one line of a store that stops taking writes
 	}
 	if !d.cfg.Store.Postgres() {
@@ -241,12 +245,30 @@ func (d *Daemon) Ready(ctx context.Context) error {
 // read it: the store's, not wrapped.
 func (d *Daemon) Audit() auditlog.Storage { return pipeline.AuditStorage[handlers.Store](d.Store) }
 
-// leads reports whether this daemon signs checkpoints now: always on a
-// store one process holds; where replicas share one, the one its store
-// elects.
+// wrapOpened, set by a test, wraps every store a daemon opens: a store of
+// a backend the assembly does not know, built from a real one.
+var wrapOpened func(Store) Store
+
+// leads reports whether this daemon signs checkpoints now, as its store
+// says (pipeline.Leader): on a store one process holds, while it takes
+// writes; where replicas share one, the one it elects. It fails closed: a
+// store that is not open, or cannot say (no Lead), is not led, and the
+// latter is logged once, since its log will never be signed.
 func (d *Daemon) leads(ctx context.Context) bool {
-	l, ok := d.Store.Store().(interface{ Lead(context.Context) bool })
-	return !ok || l.Lead(ctx)
+	d.mu.Lock()
+	s := d.raw // the store as soon as it opened, as the checkpointer reads it
+	d.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	l, ok := s.(pipeline.Leader)
+	if !ok {
+		d.noLeader.Do(func() {
+			d.log.Warn("the store cannot say which process signs its audit log (its backend has no Lead), so this daemon signs no checkpoint and sends none to witnesses", "advice", "give the backend a Lead (docs/DESIGN.md section 13)")
+		})
+		return false
+	}
+	return l.Lead(ctx)
 }
 
 // Checkpointer returns the daemon's checkpointer, which Run runs.

@@ -218,9 +218,6 @@ func classify(err error) error {
 	return err
 }
 
-// warner is a store that found damage it works around when it opened.
-type warner interface{ Warnings() []string }
-
 // DiskUsage is the size of a store on disk, where its backend can tell:
 // the file, the bytes it uses of it, and those of each part (bbolt: each
 // top-level bucket), by name.
@@ -236,9 +233,7 @@ func Usage(s Store) (DiskUsage, bool, error) {
 			return DiskUsage{}, false, errors.New("the store is not open")
 		}
 	}
-	u, ok := s.(interface {
-		DiskUsage() (file, used int64, parts map[string]int64, err error)
-	})
+	u, ok := s.(pipeline.DiskUser)
 	if !ok {
 		return DiskUsage{}, false, nil
 	}
@@ -251,7 +246,7 @@ func Usage(s Store) (DiskUsage, bool, error) {
 // Warnings returns the damage s found and works around when it opened,
 // each a phrase without a path (bbolt: one bad meta page).
 func Warnings(s Store) []string {
-	if w, ok := s.(warner); ok {
+	if w, ok := s.(pipeline.Warner); ok {
 		return w.Warnings()
 	}
 	return nil

@@ -1,0 +1,55 @@
+package pipeline
+
+import (
+	"context"
+	"io"
+	"log/slog"
+)
+
+// The capabilities a store may have beyond Store[D], each a named
+// interface that the one assembly (internal/daemon) asks for by type
+// assertion, so that no code asks which backend it runs on: a store says
+// what it can do (docs/DESIGN.md section 13, "Adding a backend"). What a
+// store lacks is never assumed: a store without Leader signs nothing.
+// RunningKeys, a capability of a store's Keys, is in outcome.go.
+
+// Leader is a store whose audit log this process may sign: Lead reports
+// whether it signs checkpoints and sends them to witnesses now. A store
+// one process holds leads while it takes writes (bbolt: unless a failed
+// commit poisoned it); a store replicas share elects one at a time
+// (PostgreSQL: a session advisory lock). Every backend implements it: a
+// store that does not is never taken to lead, so its log is never signed
+// and nothing is sent to witnesses, and the daemon logs why.
+type Leader interface {
+	Lead(ctx context.Context) bool
+}
+
+// LogSetter is a store with log lines of its own (bbolt: the one line of
+// a store that stops taking writes after a disk error), given the
+// daemon's logger once it opens.
+type LogSetter interface {
+	SetLogger(*slog.Logger)
+}
+
+// Warner is a store that found damage it works around when it opened
+// (bbolt: one bad meta page), each a phrase without a path, for the log
+// and writerd check.
+type Warner interface {
+	Warnings() []string
+}
+
+// DiskUser is a store that can tell its size on disk: the file, the bytes
+// it uses of it, and those of each part (bbolt: each top-level bucket), by
+// name, for writerd bench and check.
+type DiskUser interface {
+	DiskUsage() (file, used int64, parts map[string]int64, err error)
+}
+
+// Backuper is a store that writes a consistent copy of itself while it
+// serves (bbolt: one read transaction, the file a daemon can start on). It
+// calls begin with the copy's size before it writes any of it to the
+// writer begin returns. A store without it is backed up with its
+// database's own tools.
+type Backuper interface {
+	Backup(ctx context.Context, begin func(size int64) (io.Writer, error)) (int64, error)
+}
