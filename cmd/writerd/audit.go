@@ -233,7 +233,7 @@ func (a *auditFrom) open(ctx context.Context) (source, error) {
 			if keyFile, err = fs.path("audit-key", a.auditKey); err != nil {
 				return nil, err
 			}
-		case !store.Postgres():
+		case store.Exclusive():
 			// The key of the log's origin, found as serve finds it
 			// (localSource.VerifierKey).
 		case fs.Lookup("audit-key") != nil && fs.Lookup("key") == nil: // audit key: the key can only come from its file

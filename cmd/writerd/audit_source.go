@@ -94,7 +94,7 @@ func (l *localSource) View(ctx context.Context, fn func(auditlog.Reader) error) 
 func (l *localSource) VerifierKey(ctx context.Context) (string, string, error) {
 	keyFile := l.keyFile
 	switch {
-	case keyFile == "" && l.store.Postgres():
+	case keyFile == "" && !l.store.Exclusive():
 		return "", "", errors.New("a PostgreSQL store keeps no key beside it, so the checkpoints cannot be checked: give the verifier key with --key, or the daemons' key file with --audit-key")
 	case keyFile == "":
 		// The daemon's: the key of the log's origin in the key directory,

@@ -117,7 +117,7 @@ func (c *auditTail) Run(ctx context.Context, args []string) error {
 	}
 	waiting := false // a note said the log cannot be read for now
 	for {
-		if l, ok := src.(*localSource); ok && !l.store.Postgres() {
+		if l, ok := src.(*localSource); ok && l.store.Exclusive() {
 			l.idle() // let a daemon open the data directory meanwhile
 		}
 		select {

@@ -20,6 +20,7 @@ import (
 	"github.com/writerd/writerd/internal/atomicfile"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // BackupCommand is writerd backup: a consistent copy of a bbolt store,
@@ -171,12 +172,6 @@ func (c *BackupCommand) remote(fs *flagSet) (bool, error) {
 
 // fromData copies a data directory's store that no daemon holds.
 func (c *BackupCommand) fromData(ctx context.Context, store daemon.StoreConfig, w *backupFile) error {
-	if store.Postgres() {
-		return errors.New("writerd does not back up a PostgreSQL store: back it up with PostgreSQL's own tools (pg_dump, or a base backup with WAL archiving)")
-	}
-	if same, _ := sameFile(daemon.StoreFile(store.Data), w.path); same {
-		return fmt.Errorf("%s is the database --data names; write the backup to another file", w.name)
-	}
 	s, err := daemon.OpenReadOnly(store)
 	var damaged *daemon.DamagedError
 	switch {
@@ -192,6 +187,12 @@ func (c *BackupCommand) fromData(ctx context.Context, store daemon.StoreConfig, 
 		return fmt.Errorf("the store cannot be opened: %w", err)
 	}
 	defer s.Close()
+	if _, ok := s.(pipeline.Backuper); !ok {
+		return errors.New("writerd does not back up a PostgreSQL store: back it up with PostgreSQL's own tools (pg_dump, or a base backup with WAL archiving)")
+	}
+	if same, _ := sameFile(daemon.StoreFile(store.Data), w.path); same {
+		return fmt.Errorf("%s is the database --data names; write the backup to another file", w.name)
+	}
 	n, err := daemon.Backup(ctx, s, w.begin)
 	if err != nil {
 		return w.failed(n, err)

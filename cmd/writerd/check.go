@@ -154,7 +154,7 @@ func (c *CheckCommand) checkLog(ctx context.Context, s daemon.Store, store daemo
 	switch {
 	case keyFile != "":
 		state = auditlog.StatePath(keyFile)
-	case !store.Postgres():
+	case store.Exclusive():
 		origin, err := daemon.StoreOrigin(ctx, s)
 		if err != nil {
 			return nil, err

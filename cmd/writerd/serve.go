@@ -332,10 +332,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if ln != nil {
 		transports = append(transports, pipeline.TransportHTTP)
 	}
-	backend := "bbolt"
-	if c.storeCfg.Postgres() {
-		backend = "postgres"
-	}
+	backend := c.storeCfg.Backend()
 	log.Info("config", "transports", strings.Join(transports, ","), "addr", listenAddr(ln), "store", backend,
 		"auth", authn.describe(), "principal", c.principal,
 		"max_bytes", c.limits.MaxBytes, "max_depth", c.limits.MaxDepth, "max_body", c.maxBody,

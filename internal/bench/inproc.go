@@ -245,10 +245,10 @@ func openBenchPipeline(ctx context.Context, store daemon.StoreConfig, keyFile, v
 	}
 	if !d.Store.IsOpen() {
 		d.Close()
-		if store.Postgres() {
-			return nil, errors.New(store.Name() + " cannot be reached; bench needs a server that answers")
+		if store.Exclusive() {
+			return nil, errors.New("another writerd process holds the data directory; bench needs a store of its own")
 		}
-		return nil, errors.New("another writerd process holds the data directory; bench needs a store of its own")
+		return nil, errors.New(store.Name() + " cannot be reached; bench needs a server that answers")
 	}
 	s.d = d
 	ctx, s.stop = context.WithCancel(context.WithoutCancel(ctx))

@@ -5,11 +5,15 @@
 // and the tests that need a daemon in process build theirs here, so that
 // all are made alike.
 //
-// It is also the one place a backend is chosen (store.go): StoreConfig
-// names the store, open and OpenReadOnly open it on its backend and turn
-// that backend's errors into the daemon's (ErrHeld, ErrNoStore,
-// ErrOldStore, *DamagedError). Everything else sees the store as a
-// pipeline.Store. A store that is held or cannot be reached yet opens in
+// It is also the one place a backend is chosen for a daemon (store.go;
+// bench's raw-store baselines open bbolt themselves, to measure it):
+// StoreConfig names the store, open and OpenReadOnly open it on its
+// backend and turn that backend's errors into the daemon's (ErrHeld,
+// ErrNoStore, ErrOldStore, *DamagedError). Everything else sees the store
+// as a pipeline.Store and asks what it can do, never which backend it
+// is: the capabilities of pipeline (Leader, Backuper, …) of an open store,
+// and StoreConfig.Exclusive of a store to be opened. A store without Lead
+// is never taken to lead, so that its log is never signed. A store that is held or cannot be reached yet opens in
 // the background (Pending), while every call is answered UNAVAILABLE with
 // the backend's sentence.
 //

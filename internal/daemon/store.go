@@ -38,6 +38,23 @@ type StoreConfig struct {
 // Postgres reports whether the store is a PostgreSQL database.
 func (c StoreConfig) Postgres() bool { return c.URL != "" }
 
+// Exclusive reports whether one process at a time holds the store (the
+// bbolt file's lock): then its log's key is found by the origin it
+// records, in the key directory or beside the data, and a reader lets
+// go of it between polls so that a daemon can open it. A store that
+// replicas share is never held by one, and keeps its key apart from it
+// (--audit-key). Code outside the assembly asks this, never which
+// backend it is.
+func (c StoreConfig) Exclusive() bool { return !c.Postgres() }
+
+// Backend names the store's backend, for the configuration's log line.
+func (c StoreConfig) Backend() string {
+	if c.Postgres() {
+		return "postgres"
+	}
+	return "bbolt"
+}
+
 // Name names the store in messages, without its path or its URL.
 func (c StoreConfig) Name() string {
 	if c.Postgres() {
