@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/writerd/writerd/internal/pathless"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -526,7 +527,7 @@ func (c *Checkpointer) remember(signed []byte) {
 	}
 	if err := writeState(c.State, signed); err != nil {
 		if !c.stateFails {
-			c.logger().Error("cannot keep the checkpoint just signed beside the key; a database rewritten while writerd is down would not be caught at start-up", "cause", fmt.Sprint(pathless(err)))
+			c.logger().Error("cannot keep the checkpoint just signed beside the key; a database rewritten while writerd is down would not be caught at start-up", "cause", fmt.Sprint(pathless.Error(err)))
 		}
 		c.stateFails = true
 		return

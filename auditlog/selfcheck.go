@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/writerd/writerd/internal/atomicfile"
+	"github.com/writerd/writerd/internal/pathless"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -356,7 +357,7 @@ func ReadState(path string, v note.Verifier) ([]byte, *Checkpoint, error) {
 		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, &StateError{fmt.Errorf("cannot read the checkpoint writerd last signed, kept in %s: %w", path, pathless(err))}
+		return nil, nil, &StateError{fmt.Errorf("cannot read the checkpoint writerd last signed, kept in %s: %w", path, pathless.Error(err))}
 	}
 	c, err := OpenCheckpoint(b, v)
 	if err != nil {
@@ -379,13 +380,4 @@ func writeState(path string, signed []byte) error {
 		return err
 	}
 	return atomicfile.WriteFile(path, signed, 0o600)
-}
-
-// pathless returns a file error without its path.
-func pathless(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

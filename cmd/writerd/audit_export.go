@@ -7,6 +7,8 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/internal/atomicfile"
+	"github.com/writerd/writerd/internal/pathless"
+	"github.com/writerd/writerd/internal/shell"
 )
 
 // auditExport is writerd audit export: the events and their checkpoint as
@@ -97,17 +99,17 @@ func (c *auditExport) Run(ctx context.Context, args []string) error {
 	path := expandHome(c.out)
 	f, err := atomicfile.New(path, 0o600)
 	if err != nil {
-		return fmt.Errorf("cannot write the export: %w", pathless(err))
+		return fmt.Errorf("cannot write the export: %w", pathless.Error(err))
 	}
 	defer f.Abort() // nothing once committed
 	if err := src.Export(ctx, c.start, f, text); err != nil {
 		return err
 	}
 	if err := f.Commit(); err != nil {
-		return fmt.Errorf("cannot write the export: %w", pathless(err))
+		return fmt.Errorf("cannot write the export: %w", pathless.Error(err))
 	}
 	fmt.Fprintf(c.Stderr, "writerd audit export: wrote events %d to %d and the checkpoint of size %d; check it with writerd audit verify --export %s --key KEY\n",
-		c.start, cp.Size, cp.Size, shellQuote(c.out))
+		c.start, cp.Size, cp.Size, shell.Quote(c.out))
 	return c.newer(ctx, src, cp.Size)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/internal/atomicfile"
+	"github.com/writerd/writerd/internal/pathless"
 )
 
 // auditPublish is writerd audit publish: the log as C2SP tlog-tiles in a
@@ -353,7 +354,7 @@ func writeAtomic(dir, name string, data []byte) error {
 
 // publishError names the file of DIR that failed: the user chose DIR.
 func publishError(what, path string, err error) error {
-	return fmt.Errorf("cannot %s %s: %w", what, path, pathless(err))
+	return fmt.Errorf("cannot %s %s: %w", what, path, pathless.Error(err))
 }
 
 // tileRecorder is a TileReader that keeps the tiles tlog's TileHashReader

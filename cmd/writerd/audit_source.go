@@ -11,6 +11,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/httpapi/auditapi"
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/pathless"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -115,7 +116,7 @@ func (l *localSource) VerifierKey(ctx context.Context) (string, string, error) {
 		return "", "", errors.New("the daemon's key file is not there (--audit-key), so the checkpoints cannot be checked: give the verifier key with --key")
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("cannot read the daemon's key file: %w", pathless(err))
+		return "", "", fmt.Errorf("cannot read the daemon's key file: %w", pathless.Error(err))
 	}
 	key, err := verifierLine(b)
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/internal/pathless"
+	"github.com/writerd/writerd/internal/shell"
 )
 
 // auditVerify is writerd audit verify: the log's tree recomputed from its
@@ -137,7 +139,7 @@ func (c *auditVerify) Run(ctx context.Context, args []string) error {
 	for _, name := range c.against {
 		b, err := os.ReadFile(expandHome(name))
 		if err != nil {
-			return fmt.Errorf("cannot read the --against file %s: %w", shellQuote(name), pathless(err))
+			return fmt.Errorf("cannot read the --against file %s: %w", shell.Quote(name), pathless.Error(err))
 		}
 		against = append(against, b)
 	}
@@ -175,7 +177,7 @@ func (c *auditVerify) Run(ctx context.Context, args []string) error {
 		}
 		f, err := os.Open(expandHome(c.export))
 		if err != nil {
-			return fmt.Errorf("cannot read the export: %w", pathless(err))
+			return fmt.Errorf("cannot read the export: %w", pathless.Error(err))
 		}
 		defer f.Close()
 		h, events, err := auditlog.ReadExport(f)

@@ -20,6 +20,8 @@ import (
 	"github.com/writerd/writerd/internal/atomicfile"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
+	"github.com/writerd/writerd/internal/pathless"
+	"github.com/writerd/writerd/internal/shell"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -105,7 +107,7 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("cannot resolve the backup's file name: %w", err)
 	}
 	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
-		return fs.fail("-o names a directory; name the backup's file in it, such as %s", shellQuote(filepath.Join(c.out, "writerd.db")))
+		return fs.fail("-o names a directory; name the backup's file in it, such as %s", shell.Quote(filepath.Join(c.out, "writerd.db")))
 	}
 	remote, err := c.remote(fs)
 	if err != nil {
@@ -124,11 +126,11 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	held, err := daemon.HeldFile(out)
 	switch {
 	case err != nil:
-		return fmt.Errorf("cannot read %s: %w", shellQuote(c.out), pathless(err))
+		return fmt.Errorf("cannot read %s: %w", shell.Quote(c.out), pathless.Error(err))
 	case held:
-		return fmt.Errorf("%s is the database of a running writerd process; write the backup to another file", shellQuote(c.out))
+		return fmt.Errorf("%s is the database of a running writerd process; write the backup to another file", shell.Quote(c.out))
 	}
-	w := &backupFile{path: out, name: shellQuote(c.out)}
+	w := &backupFile{path: out, name: shell.Quote(c.out)}
 	defer w.abandon()
 	if remote {
 		err = c.fromServer(ctx, server, w)
@@ -206,7 +208,7 @@ func (c *BackupCommand) fromServer(ctx context.Context, u *url.URL, w *backupFil
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(expandHome(c.tokenFile))
 		if err != nil {
-			return fmt.Errorf("cannot read the token file: %w", pathless(err))
+			return fmt.Errorf("cannot read the token file: %w", pathless.Error(err))
 		}
 		token = string(b)
 	}
@@ -299,7 +301,7 @@ type backupFile struct {
 func (w *backupFile) begin(size int64) (io.Writer, error) {
 	f, err := atomicfile.New(w.path, 0o600) // whatever the umask
 	if err != nil {
-		return nil, fmt.Errorf("cannot write the backup beside %s: %w", w.name, pathless(err))
+		return nil, fmt.Errorf("cannot write the backup beside %s: %w", w.name, pathless.Error(err))
 	}
 	w.f, w.size = f, size
 	return f, nil
@@ -322,7 +324,7 @@ func (w *backupFile) failed(n int64, err error) error {
 	case errors.As(err, &pe) && pe.Path == w.f.Name():
 		return fmt.Errorf("cannot write the backup beside %s (%v), so it was not written", w.name, pe.Err)
 	}
-	return fmt.Errorf("the backup was cut short after %s (the daemon stopped or the connection was lost: %v), so %s was not written; take it again", got, pathless(err), w.name)
+	return fmt.Errorf("the backup was cut short after %s (the daemon stopped or the connection was lost: %v), so %s was not written; take it again", got, pathless.Error(err), w.name)
 }
 
 // commit checks the temporary file, syncs it and renames it over -o,
@@ -330,7 +332,7 @@ func (w *backupFile) failed(n int64, err error) error {
 // was before.
 func (w *backupFile) commit() (daemon.BackupFile, error) {
 	if err := w.f.Close(); err != nil { // synced, not yet renamed
-		return daemon.BackupFile{}, fmt.Errorf("cannot write the backup beside %s: %w", w.name, pathless(err))
+		return daemon.BackupFile{}, fmt.Errorf("cannot write the backup beside %s: %w", w.name, pathless.Error(err))
 	}
 	info, err := daemon.CheckBackup(w.f.Name())
 	var damaged *daemon.DamagedError
@@ -338,16 +340,16 @@ func (w *backupFile) commit() (daemon.BackupFile, error) {
 	case errors.As(err, &damaged):
 		return info, fmt.Errorf("the copy received is not a whole writerd database (%s), so %s was not written; take the backup again", damaged.Problems[0], w.name)
 	case err != nil:
-		return info, fmt.Errorf("the copy received cannot be checked (%v), so %s was not written", pathless(err), w.name)
+		return info, fmt.Errorf("the copy received cannot be checked (%v), so %s was not written", pathless.Error(err), w.name)
 	}
 	if w.size > 0 && info.Size != w.size {
 		return info, fmt.Errorf("the copy received holds %d bytes, not the %d announced, so %s was not written; take the backup again", info.Size, w.size, w.name)
 	}
 	if err := w.f.Commit(); err != nil {
 		if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Op == "syncdir" {
-			return info, fmt.Errorf("wrote %s, but its directory cannot be synced, so the file may not survive a crash: %w", w.name, pathless(err))
+			return info, fmt.Errorf("wrote %s, but its directory cannot be synced, so the file may not survive a crash: %w", w.name, pathless.Error(err))
 		}
-		return info, fmt.Errorf("cannot write %s: %w", w.name, pathless(err))
+		return info, fmt.Errorf("cannot write %s: %w", w.name, pathless.Error(err))
 	}
 	return info, nil
 }

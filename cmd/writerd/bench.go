@@ -13,6 +13,7 @@ import (
 	"github.com/writerd/writerd/internal/bench"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
+	"github.com/writerd/writerd/internal/pathless"
 )
 
 // BenchCommand drives writes at a chosen concurrency and reports what they
@@ -263,7 +264,7 @@ func (c *BenchCommand) token() (string, error) {
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(expandHome(c.tokenFile))
 		if err != nil {
-			return "", fmt.Errorf("bench: cannot read the token file: %w", pathless(err))
+			return "", fmt.Errorf("bench: cannot read the token file: %w", pathless.Error(err))
 		}
 		token = string(b)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/pathless"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -168,7 +169,7 @@ func (c *CheckCommand) checkLog(ctx context.Context, s daemon.Store, store daemo
 	if keyFile != "" {
 		b, err := os.ReadFile(keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("cannot read the audit key file: %w", pathless(err))
+			return nil, fmt.Errorf("cannot read the audit key file: %w", pathless.Error(err))
 		}
 		text, err := verifierLine(b)
 		if err != nil {

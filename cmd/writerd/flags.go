@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/pathless"
 )
 
 // errUsage marks a usage error whose message and usage are already
@@ -300,7 +301,7 @@ func (s *storeFlags) config(fs *flagSet) (daemon.StoreConfig, error) {
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return c, fmt.Errorf("cannot read the store's password file: %w", pathless(err))
+			return c, fmt.Errorf("cannot read the store's password file: %w", pathless.Error(err))
 		}
 		c.Password = strings.TrimRight(string(b), "\r\n")
 	}

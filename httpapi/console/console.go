@@ -327,14 +327,3 @@ func shown(s string) string {
 	}
 	return s
 }
-
-// shellQuote quotes s for a POSIX shell when it holds anything but
-// characters that need none.
-func shellQuote(s string) string {
-	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@%+=,", r))
-	}) {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}

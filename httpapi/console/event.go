@@ -13,6 +13,7 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/httpapi/auditapi"
+	"github.com/writerd/writerd/internal/shell"
 )
 
 // member is one member of an event, and where it links, if anywhere.
@@ -90,9 +91,9 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 	page.Proof = checkProof(p, vkey)
 	key := "KEY"
 	if vkey != "" {
-		key = shellQuote(vkey)
+		key = shell.Quote(vkey)
 	}
-	server := shellQuote(baseURL(r))
+	server := shell.Quote(baseURL(r))
 	page.Show = fmt.Sprintf("writerd audit show %d --server %s --key %s", e.Seq, server, key)
 	page.Verify = fmt.Sprintf("writerd audit export --server %s -o audit.jsonl\nwriterd audit verify --export audit.jsonl --key %s", server, key)
 	c.render(w, r, http.StatusOK, "event", page)

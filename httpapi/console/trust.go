@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/internal/shell"
 )
 
 // trustPage is the Trust page.
@@ -145,14 +146,14 @@ func (c *Console) selfCheck(p *trustPage) {
 func verifyCommands(server, vkey string, witnesses []string, quorum int) string {
 	key := "KEY"
 	if vkey != "" {
-		key = shellQuote(vkey)
+		key = shell.Quote(vkey)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "export WRITERD_TOKEN=wrd_…   # a token with the audit scope\n")
-	fmt.Fprintf(&b, "writerd audit export --server %s -o audit.jsonl\n", shellQuote(server))
+	fmt.Fprintf(&b, "writerd audit export --server %s -o audit.jsonl\n", shell.Quote(server))
 	fmt.Fprintf(&b, "writerd audit verify --export audit.jsonl --key %s", key)
 	for _, w := range witnesses {
-		fmt.Fprintf(&b, " \\\n\t--witness %s", shellQuote(w))
+		fmt.Fprintf(&b, " \\\n\t--witness %s", shell.Quote(w))
 	}
 	if len(witnesses) > 0 {
 		fmt.Fprintf(&b, " --quorum %d", quorum)
