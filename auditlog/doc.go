@@ -22,12 +22,14 @@
 // The log is also cut into C2SP tlog-tiles (tiles.go: the tree's hash
 // tiles and entry bundles of the events' canonical JSON, bounded by a
 // signed tree size), which generic transparency-log clients read and
-// authenticate against a checkpoint with no writerd code.
+// authenticate against a checkpoint with no writerd code; Publisher
+// (publish.go) copies them into a static directory for any web server,
+// the checkpoint last (writerd audit publish).
 //
 // Verify recomputes the tree from a Stream of events and checks it against
 // the checkpoints, keeping O(log n) memory; ReadExport streams an export,
 // so that an auditor verifies with no database and no daemon. The audit
-// protocol over HTTP, server and client, is package auditapi below.
+// protocol over HTTP, server and client, is package httpapi/auditapi.
 //
 // Events hold who, what tool, which key, the request digest, the outcome and
 // the entities touched; never argument values.
