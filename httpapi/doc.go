@@ -20,6 +20,12 @@
 // and /v1 only: /metrics, /healthz and /readyz answer without a token, so
 // bind to loopback, or keep them behind the network's own controls.
 //
+// The online backup is served at GET /v1/admin/backup (PathBackup) for
+// the admin scope, and FetchBackup is its client, which writerd backup
+// --server uses: route and client in one place, as the audit protocol's
+// server and client are in httpapi/auditapi, and the console at /ui/ in
+// httpapi/console.
+//
 // Logs name a request by its route pattern, never the path or anything
 // else a client sent.
 package httpapi

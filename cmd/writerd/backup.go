@@ -2,19 +2,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/internal/atomicfile"
@@ -219,73 +216,14 @@ func (c *BackupCommand) fromServer(ctx context.Context, u *url.URL, w *backupFil
 	if token != "" && u.Scheme == "http" && !loopback.Host(u.Hostname()) {
 		fmt.Fprintf(c.Stderr, "writerd backup: warning: the token, and the backup, go to and from %s over plain HTTP, readable on the way; use https\n", u.Host)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.JoinPath(httpapi.PathBackup).String(), nil)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := backupClient.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("the backup was interrupted, so %s was not written", w.name)
-		}
-		return fmt.Errorf("cannot reach the daemon at %s: %w", u.Redacted(), errors.Unwrap(err))
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return refused(resp, u, token != "")
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/octet-stream" {
-		return fmt.Errorf("the daemon at %s answered %s, not a backup: is it a writerd serve?", u.Redacted(), ct)
-	}
-	size := resp.ContentLength // -1 if a proxy dropped it: the file checks still find a file cut short
-	dst, err := w.begin(max(size, 0))
-	if err != nil {
-		return err
-	}
-	n, err := io.Copy(dst, resp.Body)
+	n, err := httpapi.FetchBackup(ctx, u, token, w.begin)
 	switch {
-	case err != nil:
-		return w.failed(n, err)
-	case size >= 0 && n != size:
-		return w.failed(n, io.ErrUnexpectedEOF)
+	case err == nil:
+		return nil
+	case w.f == nil && ctx.Err() != nil:
+		return fmt.Errorf("the backup was interrupted, so %s was not written", w.name)
 	}
-	return nil
-}
-
-// backupClient waits at most a minute for the daemon's answer to begin;
-// the copy itself takes as long as it takes.
-var backupClient = &http.Client{Transport: func() http.RoundTripper {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.ResponseHeaderTimeout = time.Minute
-	return t
-}()}
-
-// refused is the error of a daemon that answered with an error.
-func refused(resp *http.Response, u *url.URL, withToken bool) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	var env struct {
-		Error struct{ Code, Message string } `json:"error"`
-	}
-	json.Unmarshal(b, &env)
-	code, msg := env.Error.Code, env.Error.Message
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized && !withToken:
-		return errors.New("the daemon wants a token: set WRITERD_TOKEN, or give --token-file, with a token that has the admin scope (writerd token new --name backup --scopes admin)")
-	case resp.StatusCode == http.StatusUnauthorized:
-		return errors.New("the daemon refused the token (401): it is not in its tokens file, or was revoked")
-	case resp.StatusCode == http.StatusForbidden && code == "PERMISSION_DENIED" && strings.Contains(msg, "admin scope"):
-		return errors.New("the token lacks the admin scope, which backups need: make one with writerd token new --name backup --scopes admin")
-	case resp.StatusCode == http.StatusNotFound && msg == daemon.NoBackupMessage:
-		return errors.New("the daemon's store is a PostgreSQL database, which writerd does not back up: back it up with PostgreSQL's own tools (pg_dump, or a base backup with WAL archiving)")
-	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("the daemon at %s serves no backups (404 on %s): it is older than this writerd, or not a writerd serve", u.Redacted(), httpapi.PathBackup)
-	case code != "":
-		return fmt.Errorf("the daemon answered %d %s: %s", resp.StatusCode, code, msg)
-	}
-	return fmt.Errorf("the daemon answered %s", resp.Status)
+	return w.failed(n, err)
 }
 
 // backupFile is the temporary file a backup is written to, beside the

@@ -5,13 +5,15 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt"
 )
 
 // NoBackupMessage answers a backup asked of a store writerd does not
-// back up itself: a PostgreSQL database, which has its own tools.
-const NoBackupMessage = "This daemon's store is a PostgreSQL database, which writerd does not back up: back it up with PostgreSQL's own tools (pg_dump, or a base backup with WAL archiving)."
+// back up itself: a PostgreSQL database, which has its own tools. The
+// backup route's client knows it (httpapi.FetchBackup).
+const NoBackupMessage = httpapi.NoBackupMessage
 
 // Backup writes a consistent copy of the store s, as of the moment it is
 // called, to the writer begin returns, which it calls first with the
