@@ -458,11 +458,12 @@ func TestOAuth_TypeScriptClient(t *testing.T) {
 	}
 }
 
-// TestREADME_OAuth: every writerd serve command of the README's OAuth
-// section is one serve takes, flag for flag (parsed as serve parses its
-// command line: the issuers are not reachable from here).
+// TestREADME_OAuth: every writerd serve command of docs/OAUTH.md (the
+// README's OAuth section links it) is one serve takes, flag for flag
+// (parsed as serve parses its command line: the issuers are not reachable
+// from here).
 func TestREADME_OAuth(t *testing.T) {
-	block := readmeBlock(t, "### OAuth: tokens from your identity provider")
+	block := docBlock(t, "docs/OAUTH.md", "## Tokens from your identity provider")
 	block = strings.ReplaceAll(block, "\\\n", " ")
 	n := 0
 	for line := range strings.Lines(block) {
