@@ -76,7 +76,7 @@ func (c *auditList) flags() *flagSet {
 	c.from.define(fs, false, false)
 	defineFilters(fs, &c.filter, time.Now())
 	c.limit = 50
-	fs.Var(positiveValue{&c.limit}, "limit", "print at most this many `events`")
+	fs.Var(positiveValue(&c.limit), "limit", "print at most this many `events`")
 	fs.takes("limit", "a positive number of events, such as 50")
 	fs.Uint64Var(&c.after, "after", 0, "start after this `cursor`: the sequence number a previous page named")
 	fs.takes("after", "a cursor: the sequence number a previous page named")

@@ -61,7 +61,7 @@ func (c *auditTail) flags() *flagSet {
 	fs := newFlagSet("writerd audit tail", auditTailUsage, c.Stdout, c.Stderr)
 	c.from.define(fs, false, false)
 	c.n = 10
-	fs.Var(countValue{&c.n}, "n", "print the newest this many `events` (0 with --follow: only new ones)")
+	fs.Var(countValue(&c.n), "n", "print the newest this many `events` (0 with --follow: only new ones)")
 	fs.takes("n", "a number of events, such as 10, or 0 with --follow for only new ones")
 	fs.BoolVar(&c.follow, "follow", false, "keep printing new events as they come, until interrupted")
 	outputFlag(fs, &c.output, "table", "jsonl")

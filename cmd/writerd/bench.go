@@ -137,7 +137,7 @@ func (c *BenchCommand) flags() *flagSet {
 	fs := newFlagSet("writerd bench", benchUsage, c.Stdout, c.Stderr)
 	cfg := &c.cfg
 	cfg.Agents, cfg.Duration, cfg.Tool, cfg.Target = 16, 10*time.Second, bench.Tools[0], bench.TargetInproc
-	fs.Var(positiveValue{&cfg.Agents}, "agents", "how many `agents` write at once")
+	fs.Var(positiveValue(&cfg.Agents), "agents", "how many `agents` write at once")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long each run lasts, a `duration`")
 	fs.Var(choiceValue{v: &cfg.Tool, choices: bench.Tools}, "tool", "the `write`: "+orList(bench.Tools))
 	targets := []string{bench.TargetInproc, bench.TargetAPI, bench.TargetMCP, bench.TargetStdio}

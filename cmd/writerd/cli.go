@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -147,22 +148,32 @@ func orList(words []string) string {
 	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
-// positiveValue is an int flag that refuses zero and negatives.
-type positiveValue struct{ n *int }
-
-func (p positiveValue) String() string {
-	if p.n == nil {
-		return ""
-	}
-	return strconv.Itoa(*p.n)
+// intValue is an int flag that refuses a number below its least: 1 for
+// positiveValue, 0 for countValue.
+type intValue struct {
+	n     *int
+	least int
 }
 
-func (p positiveValue) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		return errors.New("not a positive number")
+func positiveValue(n *int) intValue { return intValue{n, 1} }
+func countValue(n *int) intValue    { return intValue{n, 0} }
+
+func (v intValue) String() string {
+	if v.n == nil {
+		return ""
 	}
-	*p.n = n
+	return strconv.Itoa(*v.n)
+}
+
+func (v intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	switch {
+	case (err != nil || n < v.least) && v.least == 1:
+		return errors.New("not a positive number")
+	case err != nil || n < v.least:
+		return fmt.Errorf("not a number from %d", v.least)
+	}
+	*v.n = n
 	return nil
 }
 

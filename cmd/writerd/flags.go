@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -306,23 +305,4 @@ func (s *storeFlags) config(fs *flagSet) (daemon.StoreConfig, error) {
 		c.Password = strings.TrimRight(string(b), "\r\n")
 	}
 	return c, nil
-}
-
-// countValue is an int flag that takes zero or a positive number.
-type countValue struct{ n *int }
-
-func (c countValue) String() string {
-	if c.n == nil {
-		return ""
-	}
-	return strconv.Itoa(*c.n)
-}
-
-func (c countValue) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return errors.New("not a number from 0")
-	}
-	*c.n = n
-	return nil
 }
