@@ -128,7 +128,7 @@ func (tab table) check(graph map[string][]string) []string {
 				bad = append(bad, fmt.Sprintf("%s imports %s: storage/internal is for storage/ alone", pkg, rel))
 			case to.n < from.n, to.n == from.n && top(rel) == top(pkg):
 			default:
-				bad = append(bad, fmt.Sprintf("%s (layer %d) imports %s (layer %d): an arrow up", pkg, from.n, rel, to.n))
+				bad = append(bad, fmt.Sprintf("%s (layer %d) imports %s (layer %d): an arrow up, or across to another folder of its layer", pkg, from.n, rel, to.n))
 			}
 		}
 	}
