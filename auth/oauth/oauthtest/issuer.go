@@ -76,8 +76,11 @@ func Start(t testing.TB) *Issuer {
 	mux.HandleFunc("GET /jwks", is.jwks)
 	mux.HandleFunc("GET /authorize", is.authorize)
 	mux.HandleFunc("POST /token", is.token)
-	is.srv = httptest.NewServer(mux)
-	is.URL = is.srv.URL
+	// URL is set before the server serves: a request may arrive at once
+	// (another test's client on a reused port), and the handlers read it.
+	is.srv = httptest.NewUnstartedServer(mux)
+	is.URL = "http://" + is.srv.Listener.Addr().String()
+	is.srv.Start()
 	t.Cleanup(is.srv.Close)
 	return is
 }
