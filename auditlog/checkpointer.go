@@ -326,25 +326,51 @@ func (c *Checkpointer) Run(ctx context.Context) {
 			c.logger().Error("read the audit log's size", "cause", err.Error())
 			continue
 		}
-		var target uint64
+		var targets []uint64
 		switch {
 		case size <= signed:
 			continue
 		case c.Every > 0 && size-signed >= c.Every:
-			target = signed + (size-signed)/c.Every*c.Every
+			targets = dueMultiples(signed, size, c.Every)
 		case time.Since(last) >= c.Interval:
-			target = size
+			targets = []uint64{size}
 		default:
 			continue
 		}
-		if _, err := c.signAt(ctx, target); err != nil {
-			if c.Damaged() == nil && ctx.Err() == nil {
-				c.logger().Error("sign an audit checkpoint", "cause", err.Error())
+		for _, target := range targets {
+			if _, err := c.signAt(ctx, target); err != nil {
+				if c.Damaged() == nil && ctx.Err() == nil {
+					c.logger().Error("sign an audit checkpoint", "cause", err.Error())
+				}
+				break
 			}
-			continue
+			last = time.Now()
 		}
-		last = time.Now()
 	}
+}
+
+// maxCatchUp is how many of the multiples of Every a pass signs at most
+// before it signs only the latest: a replica that takes the lead over a
+// long log, or a process that could not lead for a while, signs and
+// sends to witnesses a handful, not a thousand at once.
+const maxCatchUp = 10
+
+// dueMultiples returns the sizes a pass signs, for a log of size events
+// whose last checkpoint is at signed: every multiple of every past
+// signed (counted from it) up to size, the first maxCatchUp of them
+// and then the latest, so that --checkpoint-every N signs at every N
+// even when the pass comes late (a replica that did not lead yet, a
+// poll behind a burst of commits).
+func dueMultiples(signed, size, every uint64) []uint64 {
+	due := (size - signed) / every
+	var out []uint64
+	for i := uint64(1); i <= min(due, maxCatchUp); i++ {
+		out = append(out, signed+i*every)
+	}
+	if due > maxCatchUp {
+		out = append(out, signed+due*every)
+	}
+	return out
 }
 
 // runChecks runs the background pass over the whole log while this

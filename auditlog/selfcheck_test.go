@@ -425,11 +425,12 @@ func TestRun_SignsEveryNAtOnceAndAtExactSizes(t *testing.T) {
 	}
 }
 
-// Ensure Every signs the largest multiple of Every not above the log's
-// size, past the latest checkpoint: 7 events appended while no
-// checkpointer ran, Every 3, give the tree of 6, not 7 (the interval
-// rule, an hour, signs the log as it is: at the stop, 7).
-func TestRun_SignsTheLargestMultipleOfEvery(t *testing.T) {
+// Ensure Every signs each multiple of Every the log passed since the
+// latest checkpoint, not only the largest: 7 events appended while no
+// checkpointer ran, Every 3, give the trees of 3 and 6, not 7 (the
+// interval rule, an hour, signs the log as it is: at the stop, 7). At
+// most maxCatchUp multiples are signed in one pass (TestDueMultiples).
+func TestRun_SignsEveryMultipleOfEveryItMissed(t *testing.T) {
 	l := newTestLog(t)
 	l.append(7)
 	cp := l.checkpointer()
@@ -438,18 +439,18 @@ func TestRun_SignsTheLargestMultipleOfEvery(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); cp.Run(ctx) }()
 	cp.Appended()
-	for at := time.Now(); len(l.sizes()) == 0; time.Sleep(5 * time.Millisecond) {
+	for at := time.Now(); len(l.sizes()) < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Since(at) > 300*time.Millisecond {
 			break
 		}
 	}
-	if got := l.sizes(); !slices.Equal(got, []uint64{6}) {
-		t.Errorf("checkpoints %v, want the tree of 6 alone", got)
+	if got := l.sizes(); !slices.Equal(got, []uint64{3, 6}) {
+		t.Errorf("checkpoints %v, want the trees of 3 and 6", got)
 	}
 	cancel()
 	<-done
-	if got := l.sizes(); !slices.Equal(got, []uint64{6, 7}) {
-		t.Errorf("checkpoints after the stop %v, want 6 and 7", got)
+	if got := l.sizes(); !slices.Equal(got, []uint64{3, 6, 7}) {
+		t.Errorf("checkpoints after the stop %v, want 3, 6 and 7", got)
 	}
 }
 
