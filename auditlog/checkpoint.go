@@ -193,3 +193,9 @@ func ParseVerifierKey(vkey string) (note.Verifier, error) {
 	}
 	return v, nil
 }
+
+// KeyName names a verifier key in messages as a note's signature line
+// does: its name, a plus and the hex of its key hash.
+func KeyName(v note.Verifier) string {
+	return fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash())
+}

@@ -113,7 +113,7 @@ func (p *Publisher) published() (tlog.Tree, []byte, error) {
 		if c, perr := ParseSigned(b); perr == nil {
 			origin = fmt.Sprintf(" (origin %s)", c.Origin)
 		}
-		return tlog.Tree{}, nil, fmt.Errorf("%s holds a checkpoint%s that the log's key %s did not sign: it is another log's directory, left as it is; publish each log to a directory of its own", p.Dir, origin, fmt.Sprintf("%s+%08x", p.Key.Name(), p.Key.KeyHash()))
+		return tlog.Tree{}, nil, fmt.Errorf("%s holds a checkpoint%s that the log's key %s did not sign: it is another log's directory, left as it is; publish each log to a directory of its own", p.Dir, origin, KeyName(p.Key))
 	}
 	return tlog.Tree{N: int64(cp.Size), Hash: cp.Root}, b, nil
 }

@@ -85,7 +85,7 @@ func (c *auditExport) Run(ctx context.Context, args []string) error {
 	}
 	cp, err := auditlog.OpenCheckpoint(signed, key)
 	if err != nil {
-		return fmt.Errorf("the latest checkpoint does not verify with the key %s (%v), so an export would not verify either", keyName(key), err)
+		return fmt.Errorf("the latest checkpoint does not verify with the key %s (%v), so an export would not verify either", auditlog.KeyName(key), err)
 	}
 	if c.start > cp.Size+1 {
 		return fmt.Errorf("--from %d is past the latest checkpoint, which signs events 1 to %d; an export ends at a checkpoint", c.start, cp.Size)

@@ -244,9 +244,3 @@ func verifierLine(b []byte) (string, error) {
 	}
 	return "", errors.New("holds neither a verifier key nor a writerd key file")
 }
-
-// keyName names a verifier key as an auditor compares it: its name and
-// hash, the key's text before the public key itself.
-func keyName(v note.Verifier) string {
-	return fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash())
-}

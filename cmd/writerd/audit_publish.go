@@ -122,7 +122,7 @@ func (c *auditPublish) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("writerd audit publish cannot read tiles from %T", src)
 	}
 	if cp, err = auditlog.OpenCheckpoint(signed, key); err != nil {
-		return fmt.Errorf("the log's latest checkpoint cannot be published: %w (key %s)", err, keyName(key))
+		return fmt.Errorf("the log's latest checkpoint cannot be published: %w (key %s)", err, auditlog.KeyName(key))
 	}
 	if l, ok := src.(*localSource); ok {
 		tiles = auditlog.TileReader(l, cp.Size)

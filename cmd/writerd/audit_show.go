@@ -135,7 +135,7 @@ func (c *auditShow) check(p *auditapi.ProvenEvent, key note.Verifier, in *shownI
 	}
 	cp, err := auditlog.OpenCheckpoint(p.Checkpoint, key)
 	if err != nil {
-		fail("the latest checkpoint does not verify with the key %s: %v", keyName(key), err)
+		fail("the latest checkpoint does not verify with the key %s: %v", auditlog.KeyName(key), err)
 		return
 	}
 	seq := p.Event.Seq

@@ -85,7 +85,7 @@ func (c *auditVerify) report(v *auditlog.Verification, in auditlog.Input, key no
 	case size > latest:
 		fmt.Fprintf(w, "events %d to %d are after the latest checkpoint (size %d): no signature covers them yet\n", latest+1, size, latest)
 	}
-	fmt.Fprintf(w, "verified %s against %s; root %s; key %s\n", events, count(v.Checkpoints, "checkpoint"), base64.StdEncoding.EncodeToString(v.Root[:]), keyName(key))
+	fmt.Fprintf(w, "verified %s against %s; root %s; key %s\n", events, count(v.Checkpoints, "checkpoint"), base64.StdEncoding.EncodeToString(v.Root[:]), auditlog.KeyName(key))
 	fmt.Fprintln(w, restsOn(v, in, size))
 	return nil
 }
@@ -130,7 +130,7 @@ type restsOnJSON struct {
 func (c *auditVerify) reportJSON(v *auditlog.Verification, in auditlog.Input, key note.Verifier, size uint64) error {
 	doc := verifyJSON{
 		OK: v.OK(), From: in.Prefix.Size + 1, Events: v.Events, Checkpoints: v.Checkpoints, CheckpointsGiven: len(in.Checkpoints),
-		Root: base64.StdEncoding.EncodeToString(v.Root[:]), Key: keyName(key), Problems: []problemJSON{}, Extends: []uint64{},
+		Root: base64.StdEncoding.EncodeToString(v.Root[:]), Key: auditlog.KeyName(key), Problems: []problemJSON{}, Extends: []uint64{},
 	}
 	for _, p := range v.Problems {
 		doc.Problems = append(doc.Problems, problemJSON{Kind: p.Kind, Seq: p.Seq, Last: p.Last, Detail: p.Detail})

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -148,15 +147,16 @@ func orList(words []string) string {
 	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
-// intValue is an int flag that refuses a number below its least: 1 for
-// positiveValue, 0 for countValue.
+// intValue is an int flag that refuses a number below its least, with
+// its refusal: positiveValue takes 1 and up, countValue 0 and up.
 type intValue struct {
-	n     *int
-	least int
+	n       *int
+	least   int
+	refusal string
 }
 
-func positiveValue(n *int) intValue { return intValue{n, 1} }
-func countValue(n *int) intValue    { return intValue{n, 0} }
+func positiveValue(n *int) intValue { return intValue{n, 1, "not a positive number"} }
+func countValue(n *int) intValue    { return intValue{n, 0, "not a number from 0"} }
 
 func (v intValue) String() string {
 	if v.n == nil {
@@ -167,11 +167,8 @@ func (v intValue) String() string {
 
 func (v intValue) Set(s string) error {
 	n, err := strconv.Atoi(s)
-	switch {
-	case (err != nil || n < v.least) && v.least == 1:
-		return errors.New("not a positive number")
-	case err != nil || n < v.least:
-		return fmt.Errorf("not a number from %d", v.least)
+	if err != nil || n < v.least {
+		return errors.New(v.refusal)
 	}
 	*v.n = n
 	return nil

@@ -63,15 +63,14 @@ type activity struct {
 
 	scan sync.Mutex // one count at a time
 
-	mu       sync.Mutex // guards what follows
-	seen     uint64     // the events counted are those up to seen
-	counted  uint64     // how many events were counted
-	hours    map[int64]*hour
-	first    time.Time
-	ids      [dims]map[string]int // by dimension, the names told apart, and their index
-	names    [dims][]string       // by dimension and index
-	running  bool                 // a background count runs
-	lastSize uint64               // the log's size when last asked
+	mu      sync.Mutex // guards what follows
+	seen    uint64     // the events counted are those up to seen
+	counted uint64     // how many events were counted
+	hours   map[int64]*hour
+	first   time.Time
+	ids     [dims]map[string]int // by dimension, the names told apart, and their index
+	names   [dims][]string       // by dimension and index
+	running bool                 // a background count runs
 }
 
 func newActivity(log auditapi.Local) *activity {

@@ -38,7 +38,6 @@ type daemonServer struct {
 	URL    string
 	D      *daemon.Daemon
 	Tokens map[string]string // by scope name: audit, read, write
-	n      int
 }
 
 // MustServe starts the daemon and its HTTP server; the test's end stops
