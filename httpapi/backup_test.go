@@ -13,12 +13,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt"
 	"github.com/writerd/writerd/storage/storetest"
@@ -32,28 +32,17 @@ type backupServer struct {
 	t   testing.TB
 	url string
 	d   *daemon.Daemon
-	mu  sync.Mutex
-	log bytes.Buffer
+	log logtest.Buffer
 }
 
-func (s *backupServer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.Write(p)
-}
-
-func (s *backupServer) logText() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
-}
+func (s *backupServer) logText() string { return s.log.String() }
 
 // mustServeBackup starts the server; backup nil is the daemon's, and
 // timeout, if not 0, is the server's read and write timeout.
 func mustServeBackup(t testing.TB, backup httpapi.Backup, timeout time.Duration) *backupServer {
 	t.Helper()
 	s := &backupServer{t: t}
-	log := slog.New(slog.NewJSONHandler(s, nil))
+	log := slog.New(slog.NewJSONHandler(&s.log, nil))
 	d, err := daemon.Open(context.Background(), daemon.Config{
 		Store:     daemon.StoreConfig{Data: t.TempDir()},
 		KeyFile:   filepath.Join(t.TempDir(), "audit.key"),

@@ -22,6 +22,7 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/storetest"
@@ -39,30 +40,19 @@ type server struct {
 	t            testing.TB
 	url          string
 	d            *daemon.Daemon
-	log          *bytes.Buffer
-	mu           sync.Mutex
+	log          logtest.Buffer
 	key          *auditlog.Key
 	checkpointer *auditlog.Checkpointer
 }
 
-func (s *server) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.Write(p)
-}
-
-func (s *server) logText() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
-}
+func (s *server) logText() string { return s.log.String() }
 
 // MustServe starts the server; maxBody 0 is the default, ready nil the
 // store's. The store is checked when the test ends.
 func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *server {
 	t.Helper()
-	s := &server{t: t, log: new(bytes.Buffer)}
-	log := slog.New(slog.NewJSONHandler(s, nil))
+	s := &server{t: t}
+	log := slog.New(slog.NewJSONHandler(&s.log, nil))
 	d, err := daemon.Open(context.Background(), daemon.Config{
 		Store:     daemon.StoreConfig{Data: t.TempDir()},
 		KeyFile:   filepath.Join(t.TempDir(), "audit.key"),

@@ -2,7 +2,6 @@ package mcp_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -23,6 +22,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/storetest"
@@ -39,8 +39,8 @@ type server struct {
 	d       *daemon.Daemon
 	p       *pipeline.Pipeline[handlers.Store]
 	session *sdk.ClientSession
-	frames  *frames       // every JSON-RPC message the client wrote and read
-	log     *lockedBuffer // the server's log
+	frames  *frames         // every JSON-RPC message the client wrote and read
+	log     *logtest.Buffer // the server's log
 }
 
 // MustServe starts the server; setup runs on it before the client
@@ -69,7 +69,7 @@ func mustServe(t testing.TB, opts *sdk.ClientSessionOptions, mw []sdk.Middleware
 	t.Helper()
 	d := openDaemon(t)
 	p := d.Pipeline
-	s := &server{t: t, d: d, p: p, frames: new(frames), log: new(lockedBuffer)}
+	s := &server{t: t, d: d, p: p, frames: new(frames), log: new(logtest.Buffer)}
 	srv := mcp.NewServer(p, mcp.Options{
 		Version:    "test",
 		Logger:     slog.New(slog.NewJSONHandler(s.log, nil)),
@@ -94,24 +94,6 @@ func mustServe(t testing.TB, opts *sdk.ClientSessionOptions, mw []sdk.Middleware
 		ss.Wait()
 	})
 	return s
-}
-
-// lockedBuffer is the server log, written by the server and read by tests.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // recorder is the client's transport, recording every message in causal

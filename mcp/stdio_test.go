@@ -13,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/storetest"
@@ -24,7 +25,7 @@ import (
 type stdio struct {
 	t     testing.TB
 	in    io.WriteCloser
-	log   *lockedBuffer
+	log   *logtest.Buffer
 	d     *daemon.Daemon
 	run   *stdioRun // the server's Run: done, and its error
 	lines chan string
@@ -37,7 +38,7 @@ const initialize = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"pro
 func MustStdio(t testing.TB, raw bool) *stdio {
 	t.Helper()
 	d := openDaemon(t)
-	s := &stdio{t: t, log: new(lockedBuffer), d: d}
+	s := &stdio{t: t, log: new(logtest.Buffer), d: d}
 	log := slog.New(slog.NewJSONHandler(s.log, nil))
 	srv := mcp.NewServer(d.Pipeline, mcp.Options{Logger: log,
 		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller }})

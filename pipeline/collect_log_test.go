@@ -1,16 +1,15 @@
 package pipeline_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -27,24 +26,6 @@ func (s unavailableStorage) View(ctx context.Context, fn func(pipeline.Tx[notes]
 	return s.Storage.View(ctx, fn)
 }
 
-// lockedBuffer is a log sink for the collector's goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Ensure the key collector tells of a store that is unavailable (closed,
 // full, stopped by a disk error) once, as a warning, not as an error
 // every pass while it lasts; and once more after the store came back and
@@ -52,7 +33,7 @@ func (l *lockedBuffer) String() string {
 func TestRun_UnavailableStoreLoggedOnce(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
-	log := &lockedBuffer{}
+	log := &logtest.Buffer{}
 	e := MustEnvConfig(t, func(c *pipeline.Config[notes]) {
 		c.Storage = unavailableStorage{Storage: c.Storage, down: &down}
 		c.CollectEvery = 5 * time.Millisecond

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/auditlog/witness/witnesstest"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
@@ -84,36 +84,19 @@ func (l *testLog) latest() []byte {
 }
 
 // logBuffer collects a logger's JSON lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type logBuffer struct{ logtest.Buffer }
 
 // count returns how many lines have a message starting with prefix, at
 // level (any level if "").
 func (l *logBuffer) count(level, prefix string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	n := 0
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		var m struct{ Level, Msg string }
 		if json.Unmarshal([]byte(line), &m) == nil && strings.HasPrefix(m.Msg, prefix) && (level == "" || m.Level == level) {
 			n++
 		}
 	}
 	return n
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // cosigner makes a cosigner of the log to the witnesses, with fast

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
@@ -158,12 +159,12 @@ func testAuditSameFromDaemonAndStore(t *testing.T, kind storeKind) {
 type tailing struct {
 	cmd    *exec.Cmd
 	lines  chan string
-	stderr *syncBuffer
+	stderr *logtest.Buffer
 }
 
 func mustStartTail(t testing.TB, env []string, args ...string) *tailing {
 	t.Helper()
-	tl := &tailing{lines: make(chan string, 1000), stderr: new(syncBuffer)}
+	tl := &tailing{lines: make(chan string, 1000), stderr: new(logtest.Buffer)}
 	tl.cmd = exec.Command(binary, append([]string{"audit", "tail", "--follow"}, args...)...)
 	tl.cmd.Env = testEnv(t, env...)
 	tl.cmd.Stderr = tl.stderr

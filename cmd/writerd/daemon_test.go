@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +21,7 @@ import (
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/postgres"
 	"github.com/writerd/writerd/storage/postgres/pgtest"
@@ -72,8 +72,8 @@ type stdioDaemon struct {
 	cmd      *exec.Cmd
 	session  *sdk.ClientSession
 	stopOnce sync.Once
-	stderr   *syncBuffer
-	wire     *syncBuffer // every JSON-RPC frame the client read or wrote
+	stderr   *logtest.Buffer
+	wire     *logtest.Buffer // every JSON-RPC frame the client read or wrote
 }
 
 type daemonConfig struct {
@@ -176,7 +176,7 @@ func mustStartWith(t testing.TB, c daemonConfig) *stdioDaemon {
 		c.bin = binary
 	}
 	store := c.store.orDir(t, c.dir)
-	d := &stdioDaemon{t: t, dir: store.Dir, store: store, stderr: new(syncBuffer), wire: new(syncBuffer)}
+	d := &stdioDaemon{t: t, dir: store.Dir, store: store, stderr: new(logtest.Buffer), wire: new(logtest.Buffer)}
 	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--stdio"}, d.store.serveFlags()...), c.args...)...)
 	d.cmd.Env = append(d.store.env(t), c.env...)
 	d.cmd.Stderr = d.stderr
@@ -424,23 +424,4 @@ func (d *stdioDaemon) mustBeConsistent() {
 	if len(problems) > 0 {
 		d.t.Error(errors.Join(problems...))
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the daemon's and the test's
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"github.com/writerd/writerd/internal/logtest"
 )
 
 // rawSession is writerd serve --stdio driven frame by frame, for the frames
@@ -25,7 +26,7 @@ type rawSession struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *syncBuffer
+	stderr *logtest.Buffer
 	wire   []string // every line the daemon wrote
 	next   int      // the next ping's number
 	once   sync.Once
@@ -35,7 +36,7 @@ type rawSession struct {
 // and notifications/initialized, and reads initialize's answer.
 func MustStartRaw(t testing.TB) *rawSession {
 	t.Helper()
-	s := &rawSession{t: t, dir: t.TempDir(), lines: make(chan string, 64), stderr: new(syncBuffer)}
+	s := &rawSession{t: t, dir: t.TempDir(), lines: make(chan string, 64), stderr: new(logtest.Buffer)}
 	s.cmd = exec.Command(binary, "serve", "--stdio", "--data", s.dir)
 	s.cmd.Env = testEnv(t)
 	s.cmd.Stderr = s.stderr

@@ -20,6 +20,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/writerd/writerd/auth"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -32,7 +33,7 @@ type httpDaemon struct {
 	tokens string // the tokens file
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncBuffer
+	stderr *logtest.Buffer
 	once   sync.Once
 	code   int // the exit code, once stopped
 }
@@ -60,7 +61,7 @@ func MustStartHTTP(t testing.TB, c httpConfig) *httpDaemon {
 		mustToken(t, c.tokens, "bootstrap", pipeline.ScopeRead)
 	}
 	store := c.store.orDir(t, c.dir)
-	d := &httpDaemon{t: t, dir: store.Dir, store: store, tokens: c.tokens, stderr: new(syncBuffer)}
+	d := &httpDaemon{t: t, dir: store.Dir, store: store, tokens: c.tokens, stderr: new(logtest.Buffer)}
 	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--addr", "127.0.0.1:0", "--tokens", c.tokens}, d.store.serveFlags()...), c.args...)...)
 	d.cmd.Env = d.store.env(t)
 	stderr, err := d.cmd.StderrPipe()

@@ -21,6 +21,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/writerd/writerd/auth/oauth/oauthtest"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -497,7 +498,7 @@ func TestOAuth_OnlyOAuthKeepsRunningOnHangup(t *testing.T) {
 	cmd := exec.Command(binary, "serve", "--addr", "127.0.0.1:"+port, "--data", t.TempDir(),
 		"--oauth-issuer", "corp="+is.URL, "--oauth-audience", base+"/mcp")
 	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
-	stderr := new(syncBuffer)
+	stderr := new(logtest.Buffer)
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

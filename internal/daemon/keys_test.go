@@ -1,19 +1,18 @@
 package daemon
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/bolttest"
 )
@@ -32,27 +31,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// logBuffer is a daemon's log, safe for its goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // mustOpenDaemon opens a daemon on the data directory data with the key
 // directory keys, and closes it when the test ends.
-func mustOpenDaemon(t *testing.T, data, keys string, log *logBuffer) *Daemon {
+func mustOpenDaemon(t *testing.T, data, keys string, log *logtest.Buffer) *Daemon {
 	t.Helper()
 	d, err := openDaemon(data, keys, log)
 	if err != nil {
@@ -62,7 +43,7 @@ func mustOpenDaemon(t *testing.T, data, keys string, log *logBuffer) *Daemon {
 	return d
 }
 
-func openDaemon(data, keys string, log *logBuffer) (*Daemon, error) {
+func openDaemon(data, keys string, log *logtest.Buffer) (*Daemon, error) {
 	cfg := Config{Store: StoreConfig{Data: data}, KeyDir: keys}
 	if log != nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(log, nil))
@@ -168,7 +149,7 @@ func mustOldInstall(t *testing.T) (data string, key *auditlog.Key) {
 func TestOpen_OldInstallKeepsItsKeyAndWarns(t *testing.T) {
 	data, key := mustOldInstall(t)
 	keys := filepath.Join(t.TempDir(), "audit-keys")
-	var log logBuffer
+	var log logtest.Buffer
 	d := mustOpenDaemon(t, data, keys, &log)
 	if d.Key.VerifierKey != key.VerifierKey {
 		t.Fatalf("the daemon signs with %s, want the old key %s", d.Key.VerifierKey, key.VerifierKey)
@@ -196,7 +177,7 @@ func TestOpen_OldInstallKeepsItsKeyAndWarns(t *testing.T) {
 	if err := os.Rename(filepath.Join(data, auditlog.LegacyKeyFile), dest); err != nil {
 		t.Fatal(err)
 	}
-	var after logBuffer
+	var after logtest.Buffer
 	moved := mustOpenDaemon(t, data, keys, &after)
 	if moved.Key.VerifierKey != key.VerifierKey || strings.Contains(after.String(), "data directory") {
 		t.Errorf("after the move: key %s, log:\n%s", moved.Key.VerifierKey, after.String())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -29,7 +30,7 @@ func runWrites(t *testing.T, wrap func(Store) Store) (checkpoints int, log strin
 	t.Helper()
 	wrapOpened = wrap
 	t.Cleanup(func() { wrapOpened = nil })
-	var buf logBuffer
+	var buf logtest.Buffer
 	d, err := Open(t.Context(), Config{
 		Store: StoreConfig{Data: t.TempDir()}, KeyDir: filepath.Join(t.TempDir(), "keys"),
 		CheckpointEvery: 1, CheckpointInterval: 20 * time.Millisecond,
