@@ -76,7 +76,7 @@ func mustServeBackup(t testing.TB, backup httpapi.Backup, timeout time.Duration)
 					pipeline.Caller{Principal: "operator", Scopes: scopes})))
 			})
 		},
-		Caller: callerOf, Ready: d.Ready, Gatherer: d.Registry, Metrics: d.Metrics, Logger: log,
+		Caller: callerOf, Ready: d.Checks, Gatherer: d.Registry, Metrics: d.Metrics, Logger: log,
 		Backup: backup,
 	})
 	ts := httptest.NewUnstartedServer(h)

@@ -97,7 +97,9 @@ func MustServe(t testing.TB, maxBody int64, ready func(context.Context) error) *
 					pipeline.Caller{Principal: principal, Scopes: scopes})))
 			})
 		},
-		Caller: callerOf, Ready: ready, Gatherer: reg, Metrics: m, Logger: log, MaxBody: maxBody,
+		Caller: callerOf, Ready: func(ctx context.Context) []httpapi.ReadyCheck {
+			return []httpapi.ReadyCheck{{Name: "store", Err: ready(ctx)}}
+		}, Gatherer: reg, Metrics: m, Logger: log, MaxBody: maxBody,
 		Audit: &httpapi.Audit{Log: d.Audit(), VerifierKey: d.Key.VerifierKey},
 	})
 	ts := httptest.NewServer(h)
@@ -342,8 +344,8 @@ func TestEdge_PanicAndProbes(t *testing.T) {
 		t.Fatalf("/healthz %d", h.status)
 	}
 	ok := MustServe(t, 0, nil)
-	if r := ok.Do("GET", "/readyz", ``); r.status != http.StatusOK {
-		t.Fatalf("/readyz %d", r.status)
+	if r := ok.Do("GET", "/readyz", ``); r.status != http.StatusOK || r.body != `{"status":"ready","checks":{"store":{"state":"ok"}}}` {
+		t.Fatalf("/readyz %d %s", r.status, r.body)
 	}
 	mustEnvelope(t, ok.Do("GET", "/"+marker, ``), pipeline.NotFound)
 }

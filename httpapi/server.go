@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"regexp"
 	"runtime/debug"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
@@ -41,8 +43,9 @@ type Config struct {
 	Authenticate func(http.Handler) http.Handler
 	// Caller reads the caller Authenticate put in the request's context.
 	Caller func(ctx context.Context) (pipeline.Caller, bool)
-	// Ready reports whether the store is open and takes writes (/readyz).
-	Ready func(ctx context.Context) error
+	// Ready runs the daemon's readiness checks (/readyz): the store open
+	// and taking writes, the audit log's self-check, and any later ones.
+	Ready func(ctx context.Context) []ReadyCheck
 	// Audit is served at /v1/audit to callers with the audit scope (package
 	// auditapi); nil serves no audit API.
 	Audit *Audit
@@ -124,6 +127,9 @@ type server struct {
 	cfg Config
 	cop *http.CrossOriginProtection
 	mux *http.ServeMux
+
+	readyMu  sync.Mutex
+	notReady map[string]string // the checks the last /readyz found failing, and why (logReady)
 }
 
 // requestIDForm is the form of an X-Request-Id the server adopts: any
@@ -196,18 +202,86 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz answers 200 when the store is open and takes writes, else 503
-// with Retry-After (retryAfter): while the store refuses writes (held,
-// full, poisoned), it is not ready.
+// ReadyCheck is one of /readyz's checks: its name (a stable
+// identifier, such as "store") and nil if it passes, or why not. A
+// failing check's sentence, what a client of a write would be told
+// (pipeline.Public), is in the body; its cause only in the log.
+type ReadyCheck struct {
+	Name string
+	Err  error
+}
+
+// readyAnswer is /readyz's body (docs/OPERATIONS.md): "ready" or
+// "unavailable", and each check by name with its state, "ok" or
+// "failing", and a failing one's sentence.
+type readyAnswer struct {
+	Status string                `json:"status"`
+	Checks map[string]readyState `json:"checks"`
+}
+
+type readyState struct {
+	State   string `json:"state"`
+	Message string `json:"message,omitempty"`
+}
+
+// readyz answers 200 when every check passes, else 503 with Retry-After
+// (retryAfter): while the store refuses writes (held, full, poisoned) or
+// the audit log fails its self-check, it is not ready. Its body names
+// each check and its state. A failing probe is logged with its causes
+// when they change, not at every probe.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if err := s.cfg.Ready(ctx); err != nil {
-		s.cfg.Logger.Warn("not ready", "request_id", pipeline.RequestID(r.Context()), "cause", err.Error())
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+	answer := readyAnswer{Status: "ready", Checks: map[string]readyState{}}
+	failing := map[string]string{} // check: cause
+	for _, c := range s.cfg.Ready(ctx) {
+		if c.Err == nil {
+			answer.Checks[c.Name] = readyState{State: "ok"}
+			continue
+		}
+		answer.Status = "unavailable"
+		answer.Checks[c.Name] = readyState{State: "failing", Message: pipeline.Public(c.Err).Message}
+		failing[c.Name] = checkCause(c.Err)
+	}
+	s.logReady(r, failing)
+	if len(failing) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, answer)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, http.StatusOK, answer)
+}
+
+// logReady logs what changed since the last probe: a check failing with
+// a new cause (WARN "not ready"), or every check passing again after one
+// failed (INFO "ready"). A probe that finds what the last one found logs
+// nothing, so that a load balancer probing every second adds no line.
+func (s *server) logReady(r *http.Request, failing map[string]string) {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	names := make([]string, 0, len(failing))
+	for name := range failing {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if s.notReady[name] != failing[name] {
+			s.cfg.Logger.Warn("not ready", "request_id", pipeline.RequestID(r.Context()), "check", name, "cause", failing[name])
+		}
+	}
+	if len(failing) == 0 && len(s.notReady) > 0 {
+		s.cfg.Logger.Info("ready", "request_id", pipeline.RequestID(r.Context()))
+	}
+	s.notReady = failing
+}
+
+// checkCause is what the log says of a failed check: a *pipeline.Error's
+// private cause (its sentence is in the body), else its text.
+func checkCause(err error) string {
+	var e *pipeline.Error
+	if errors.As(err, &e) && e.Err != nil {
+		return e.Err.Error()
+	}
+	return err.Error()
 }
 
 // notFound answers a path the server does not serve, naming every route

@@ -31,6 +31,9 @@ func (p *Pipeline[D]) update(ctx context.Context, fn func(Tx[D]) error) error {
 // recorded as a failure.
 func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, digest string, start time.Time) *Result {
 	reqID := RequestID(ctx)
+	if err := p.refused(); err != nil {
+		return &Result{RequestID: reqID, Outcome: OutcomeError, Err: err}
+	}
 	key := in.(keyed).idempotencyKey()
 	// One wait for the key in all: for the calls of this process (the
 	// lock), then for those of others sharing the store (the claim).
@@ -79,6 +82,26 @@ func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, d
 	}
 	p.cfg.Metrics.AuditAppend(true)
 	return &Result{RequestID: reqID, Outcome: OutcomeOK, Output: out, AuditID: ev.ID}
+}
+
+// refused asks Config.Refuse whether writes are refused now: nil, or the
+// error every write is answered with (an error that is no *Error is the
+// fixed INTERNAL one; either way with retry same_key, since nothing is
+// recorded).
+func (p *Pipeline[D]) refused() *Error {
+	if p.cfg.Refuse == nil {
+		return nil
+	}
+	if err := p.cfg.Refuse(); err != nil {
+		e := Public(err)
+		if e.Retry != RetrySameKey {
+			c := *e
+			c.Retry = RetrySameKey
+			e = &c
+		}
+		return e
+	}
+	return nil
 }
 
 // claim looks the key up inside a write transaction and claims it for

@@ -30,6 +30,14 @@ type Config[D any] struct {
 	// CollectEvery is how often Run collects expired records (default 1m).
 	CollectEvery time.Duration
 
+	// Refuse, if set, is asked before each write runs (stage 7): an error
+	// it returns, UNAVAILABLE with the sentence saying why, answers the
+	// write, which then runs nothing and records nothing (its key stays
+	// unused, and the same call with the same key is its retry). Replays
+	// and reads still answer. The daemon refuses so while its audit log
+	// fails its self-check, whose events no checkpoint would cover.
+	Refuse func() error
+
 	Logger  *slog.Logger     // default: discard
 	Metrics *metrics.Metrics // default: nil, which counts nothing
 	Now     func() time.Time // default: time.Now

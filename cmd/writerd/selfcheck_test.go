@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
@@ -277,11 +278,12 @@ func checkpointsOf(t testing.TB, d *httpDaemon, token string) []uint64 {
 	return sizes
 }
 
-// errorLines returns the daemon's log lines of level ERROR.
+// errorLines returns the daemon's log lines of level ERROR, but the
+// calls' own (a refused write's line is its call's).
 func errorLines(log string) []string {
 	var out []string
 	for l := range strings.SplitSeq(log, "\n") {
-		if strings.Contains(l, `"level":"ERROR"`) {
+		if strings.Contains(l, `"level":"ERROR"`) && !strings.Contains(l, `"msg":"call"`) {
 			out = append(out, l)
 		}
 	}
@@ -322,8 +324,8 @@ func testSelfCheckBackgroundPassStopsTheSigning(t *testing.T, kind storeKind) {
 					t.Fatalf("/readyz never answered 503:\n%s", d.stderr)
 				}
 			}
-			for i := range 3 {
-				mustWrite(t, d, tok.agent, "create_project", fmt.Sprintf("after-key-%d", i), fmt.Sprintf(`{"name":"after-%d"}`, i), "")
+			for i := range 3 { // refused (TestSelfCheck_DamageRefusesWrites)
+				mustWrite(t, d, tok.agent, "create_project", fmt.Sprintf("after-key-%d", i), fmt.Sprintf(`{"name":"after-%d"}`, i), "UNAVAILABLE")
 			}
 			// Nor does one asked for: the answer says why.
 			r := d.Do("POST", "/v1/audit/checkpoint", "", "Authorization", "Bearer "+tok.auditor)
@@ -364,6 +366,98 @@ func testSelfCheckBackgroundPassStopsTheSigning(t *testing.T, kind storeKind) {
 		mustRefuseToStart(t, c, want+"; ")
 		mustCheckFinds(t, c, want)
 	})
+}
+
+// selfCheckRefusal is what a write is told while the daemon's audit log
+// fails its self-check.
+const selfCheckRefusal = "The audit log failed its self-check, so writerd refuses every write until its operator repairs the log and restarts it; reads and the audit API still answer. Send the call again with the same key once it is repaired."
+
+// readyBody is /readyz's answer: its status, and each check's state.
+type readyBody struct {
+	Status string `json:"status"`
+	Checks map[string]struct {
+		State   string `json:"state"`
+		Message string `json:"message"`
+	} `json:"checks"`
+}
+
+// mustReadyBody returns /readyz's status and body.
+func mustReadyBody(t testing.TB, d *httpDaemon) (int, readyBody) {
+	t.Helper()
+	r := d.Do("GET", "/readyz", "")
+	var b readyBody
+	if err := json.Unmarshal([]byte(r.body), &b); err != nil {
+		t.Fatalf("/readyz: %d %s: %v", r.status, r.body, err)
+	}
+	return r.status, b
+}
+
+// Ensure a daemon whose background pass found an event edited before the
+// checkpoint it remembers fails closed: every write is refused
+// UNAVAILABLE (retry same_key) with a sentence saying why, and records
+// nothing (no event, its key unused); reads, the audit API and the
+// console still answer, the console's trust page saying why writes are
+// refused; /readyz answers 503 naming the failing check.
+func TestSelfCheck_DamageRefusesWrites(t *testing.T) {
+	eachStore(t, testSelfCheckDamageRefusesWrites)
+}
+
+func testSelfCheckDamageRefusesWrites(t *testing.T, kind storeKind) {
+	s := mustAuditLog(t, kind.make(t), "one")
+	mustAuditLog(t, s, "two") // events 1-24, checkpoints of 12 and 24; it remembers 24
+	s = mustCopyStore(t, s)   // the daemons above check theirs at the test's end
+	tampering{t, s}.editEvent(7, `"principal":"agent"`, `"principal":"Agent"`)
+	tok := mustAuditTokens(t)
+	d := MustStartHTTP(t, httpConfig{store: s, tokens: tok.file, damaged: true})
+	for deadline := time.Now().Add(20 * time.Second); d.Do("GET", "/readyz", "").status != 503; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never answered 503:\n%s", d.stderr)
+		}
+	}
+	status, ready := mustReadyBody(t, d)
+	if sc, st := ready.Checks["self_check"], ready.Checks["store"]; status != 503 || ready.Status != "unavailable" ||
+		sc.State != "failing" || sc.Message != selfCheckRefusal || st.State != "ok" {
+		t.Errorf("/readyz: %d %+v, want 503, the self-check failing with the refusal's sentence and the store ok", status, ready)
+	}
+
+	// Writes, over the direct API and MCP, are refused and record nothing.
+	r := d.API(tok.agent, "create_project", "after-damage-1", `{"name":"after"}`)
+	var e envelope
+	json.Unmarshal([]byte(r.body), &e)
+	if r.status != 503 || e.Error.Code != "UNAVAILABLE" || e.Error.Retry != "same_key" || e.Error.Message != selfCheckRefusal {
+		t.Errorf("a write on the damaged log: %d %s", r.status, r.body)
+	}
+	res, err := d.MCP(tok.agent).CallTool(context.Background(), &sdk.CallToolParams{Name: "create_project",
+		Arguments: map[string]any{"idempotency_key": "after-damage-2", "name": "after-mcp"}})
+	if err != nil || !res.IsError || !strings.Contains(text(t, res), selfCheckRefusal) {
+		t.Errorf("a write over MCP on the damaged log: %v %+v", err, res)
+	}
+	for _, key := range []string{"after-damage-1", "after-damage-2"} {
+		r := d.API(tok.agent, "get_write_outcome", "", `{"key":"`+key+`"}`)
+		if r.status != 200 || !strings.Contains(r.body, `"state":"none"`) {
+			t.Errorf("the outcome of a refused write (%s): %d %s, want none", key, r.status, r.body)
+		}
+	}
+
+	// Reads and the audit API answer.
+	if r := d.API(tok.agent, "list_projects", "", `{}`); r.status != 200 || !strings.Contains(r.body, "one-alpha") {
+		t.Errorf("a read on the damaged log: %d %s", r.status, r.body)
+	}
+	if r := d.Do("GET", "/v1/audit/events?limit=100", "", "Authorization", "Bearer "+tok.auditor); r.status != 200 || strings.Count(r.body, `"seq":`) != 24 {
+		t.Errorf("the audit API on the damaged log: %d, %d events, want 24\n%s", r.status, strings.Count(r.body, `"seq":`), r.body)
+	}
+	// The console's trust page says why.
+	cookie, _ := consoleSignIn(t, d, tok.auditor)
+	if r := consoleGet(t, d.url+"/ui/", cookie); r.status != 200 ||
+		!strings.Contains(r.body, "the audit log fails its check at event 7: ") || !strings.Contains(r.body, "refuses every write") {
+		t.Errorf("the trust page on the damaged log: %d\n%s", r.status, r.body)
+	}
+	if code := d.Stop(); code != 0 {
+		t.Errorf("the daemon exited %d", code)
+	}
+	if n := logSize(t, s); n != 24 {
+		t.Errorf("the log holds %d events after the refused writes, want 24", n)
+	}
 }
 
 // Ensure a database rewritten and re-signed with the key while the daemon

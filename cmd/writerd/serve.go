@@ -102,9 +102,14 @@ with a warning naming where to move it. Beside the key, serve remembers the
 last checkpoint it signed. Before it signs, it verifies the events appended
 since the tree it last verified, and a pass over the whole log runs in the
 background; at start-up the log must extend the checkpoint remembered. A
-log with an event edited, missing or moved is refused at start-up with one
-sentence naming the first bad event, or, found later, stops the signing
-until restart, logs one error naming it, and makes /readyz answer 503.
+log with an event edited, missing or moved after that checkpoint is
+refused at start-up with one sentence naming the first bad event. Damage
+found later (before it, by the background pass; or before a signing)
+stops the signing until restart, logs one error naming it, makes /readyz
+answer 503 (its self_check failing), and fails closed: every write is
+refused UNAVAILABLE (retry same_key, nothing recorded) with a sentence
+saying why, until the log is repaired and writerd restarted, while reads,
+the audit API and the console still answer.
 
 With --store, the database is a PostgreSQL one instead, which any number of
 replicas may share behind a load balancer (README, "Running several

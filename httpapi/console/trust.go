@@ -108,7 +108,7 @@ func (c *Console) trust(w http.ResponseWriter, r *http.Request, s *session) {
 func (c *Console) selfCheck(p *trustPage) {
 	if c.cfg.Damaged != nil {
 		if err := c.cfg.Damaged(); err != nil {
-			p.SelfCheck = "FAILED: " + err.Error() + "; the daemon signs no checkpoint until it restarts. Run writerd audit verify to list the damage."
+			p.SelfCheck = "FAILED: " + err.Error() + "; the daemon signs no checkpoint and refuses every write (UNAVAILABLE) until it restarts on a repaired log, while reads, the audit API and this console still answer. Run writerd audit verify to list the damage."
 			return
 		}
 	}
@@ -122,7 +122,7 @@ func (c *Console) selfCheck(p *trustPage) {
 		p.SelfCheck = "The daemon has not checked its log yet."
 		return
 	case last.Damage != nil:
-		p.SelfCheck = "FAILED: " + last.Damage.Error() + "; the daemon signs no checkpoint until it restarts. Run writerd audit verify to list the damage."
+		p.SelfCheck = "FAILED: " + last.Damage.Error() + "; the daemon signs no checkpoint and refuses every write (UNAVAILABLE) until it restarts on a repaired log, while reads, the audit API and this console still answer. Run writerd audit verify to list the damage."
 		return
 	}
 	what := map[string]string{

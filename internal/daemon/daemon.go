@@ -17,6 +17,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -177,7 +178,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.Pipeline = pipeline.New(pipeline.Config[handlers.Store]{
 		Storage: storage,
 		Limits:  cfg.Limits, KeyTTL: cfg.KeyTTL, KeyWait: cfg.KeyWait,
-		Logger: cfg.Logger, Metrics: d.Metrics,
+		Logger: cfg.Logger, Metrics: d.Metrics, Refuse: d.refuseWrites,
 	})
 	tools := append(handlers.Tools(), cfg.Tools...)
 	if err := d.Pipeline.Register(tools...); err != nil {
@@ -232,13 +233,47 @@ func (d *Daemon) open(ctx context.Context) (Store, error) {
 	return s, nil
 }
 
-// Ready reports whether the daemon serves: its store open and taking
-// writes, and its audit log not failed its self-check (for /readyz).
-func (d *Daemon) Ready(ctx context.Context) error {
+// SelfCheckMessage is what a write is told while the audit log fails its
+// self-check.
+const SelfCheckMessage = "The audit log failed its self-check, so writerd refuses every write until its operator repairs the log and restarts it; reads and the audit API still answer. Send the call again with the same key once it is repaired."
+
+// refuseWrites is the pipeline's Refuse: while the self-check holds
+// damage (auditlog.Checkpointer.Damaged), no checkpoint will ever cover
+// a new event, so every write is refused UNAVAILABLE and records nothing
+// (it fails closed, as the checkpointer's signing does); reads, the
+// audit API and the console still answer.
+func (d *Daemon) refuseWrites() error {
 	if err := d.checkpointer.Damaged(); err != nil {
-		return err
+		return pipeline.Wrap(pipeline.Unavailable, err, SelfCheckMessage)
 	}
-	return d.Store.Ready(ctx)
+	return nil
+}
+
+// The names of the daemon's readiness checks (/readyz).
+const (
+	CheckStore     = "store"      // the store is open and takes writes
+	CheckSelfCheck = "self_check" // the audit log has not failed its self-check
+)
+
+// Checks returns the daemon's readiness checks, each nil if it passes or
+// why not: the store open and taking writes, and its audit log not failed
+// its self-check (for /readyz, which answers 200 when all pass).
+func (d *Daemon) Checks(ctx context.Context) []httpapi.ReadyCheck {
+	return []httpapi.ReadyCheck{
+		{Name: CheckStore, Err: d.Store.Ready(ctx)},
+		{Name: CheckSelfCheck, Err: d.refuseWrites()},
+	}
+}
+
+// Ready reports whether the daemon serves: every one of its Checks
+// passes. Its error is the first that fails.
+func (d *Daemon) Ready(ctx context.Context) error {
+	for _, c := range d.Checks(ctx) {
+		if c.Err != nil {
+			return c.Err
+		}
+	}
+	return nil
 }
 
 // Audit is the audit log's storage, as the audit API and the checkpointer

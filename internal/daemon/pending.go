@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -170,11 +169,12 @@ func (p *Pending) View(ctx context.Context, fn func(pipeline.Tx[handlers.Store])
 	return s.View(ctx, fn)
 }
 
-// Ready is the open store's, or the reason it is not open.
+// Ready is the open store's, or the reason it is not open: what a
+// transaction answers (UNAVAILABLE, with the backend's sentence).
 func (p *Pending) Ready(ctx context.Context) error {
 	s, err := p.current()
 	if err != nil {
-		return errors.New("the store is not open")
+		return err
 	}
 	return s.Ready(ctx)
 }

@@ -65,7 +65,7 @@ func (d *Daemon) HTTPHandler(h HTTP) http.Handler {
 			MCP:          mcpHandler,
 			Authenticate: h.Authenticate,
 			Caller:       h.Caller,
-			Ready:        d.Ready,
+			Ready:        d.Checks,
 			Audit:        &httpapi.Audit{Log: d.Audit(), VerifierKey: vkey, Sign: d.checkpointer.Sign, Public: h.AuditPublic},
 			Gatherer:     d.Registry, Metrics: d.Metrics, Logger: d.log, MaxBody: h.MaxBody,
 			Backup: d.Backup, ProtectedResource: h.ProtectedResource,
