@@ -83,7 +83,9 @@ func TestDiskFull_ReadyzAndRetryAfter(t *testing.T) {
 	mnt := mustMountTmpfs(t, 8<<20)
 	tokens := mustAuditTokens(t)
 	ts := testStore{Dir: filepath.Join(mnt, "data")}
-	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens.file})
+	// No checkpoint comes due while it runs: every commit is a write's or
+	// a probe's.
+	d := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens.file, args: []string{"--checkpoint-interval", "1h"}})
 	create := func(key string) reply {
 		return d.API(tokens.agent, "create_project", key,
 			fmt.Sprintf(`{"name":%q,"description":%q}`, key, strings.Repeat("d", 2000)))
@@ -140,6 +142,18 @@ func TestDiskFull_ReadyzAndRetryAfter(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("refused after %d writes on the full disk; ready again %v after space returned", len(acked)-5, time.Since(start))
+	// The probe that found room ended the full state, although no write
+	// committed: the next probe proves the store takes commits again by
+	// committing (an empty transaction, counted as a commit), where on a
+	// full disk it only reserved room, and a disk that then failed to
+	// sync would go unnoticed until a write.
+	commits := metric(t, d, "writerd_store_commit_duration_seconds_count")
+	if r := d.Do("GET", "/readyz", ""); r.status != 200 {
+		t.Fatalf("/readyz after space returned: %d %s", r.status, r.body)
+	}
+	if after := metric(t, d, "writerd_store_commit_duration_seconds_count"); after != commits+1 {
+		t.Errorf("commits %v after a probe once space returned, want %v: the full state outlived the probe that found room", after, commits+1)
+	}
 	if r := create(refused); r.status != 201 {
 		t.Fatalf("the refused write, sent again with its key once space returned: %d %s", r.status, r.body)
 	}
