@@ -116,7 +116,10 @@ replicas may share behind a load balancer (README, "Running several
 replicas"): its schema is created at start-up, every replica must be given
 the same --audit-key (required with --store; created if missing), and
 while the server cannot be reached every tool call answers UNAVAILABLE and
-/readyz 503, until it can.
+/readyz 503, until it can. A server that refuses the password or the role,
+or has no such database, is refused at start-up with a sentence saying
+which; met later (a password rotated), it is retried like an unreachable
+one, with one error line naming it.
 
 The audit API (/v1/audit, writerd audit --server) needs a token with the
 audit scope. Its tlog paths, /v1/audit/tlog/checkpoint and

@@ -94,7 +94,8 @@ type Daemon struct {
 	checkpointer *auditlog.Checkpointer
 	cosigner     *witness.Cosigner // nil without witnesses
 	mu           sync.Mutex
-	raw          Store // the store once open, for the checkpointer (rawAudit)
+	raw          Store  // the store once open, for the checkpointer (rawAudit)
+	refused      string // why the open store refuses new connections, as last logged (noteRefusal)
 }
 
 // KeyError is a failure to load or make the audit signing key.
@@ -145,7 +146,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.cfg.Store.Origin = key.Signer.Name()
 		d.setKey(key, auditlog.StatePath(cfg.KeyFile))
 	}
-	store, err := openPending(ctx, func() (Store, error) { return d.open(ctx) })
+	store, err := openPending(ctx, cfg.Logger, func() (Store, error) { return d.open(ctx) })
 	var damaged *DamagedError
 	var keyErr *KeyError
 	var logDamage *auditlog.DamageError
@@ -259,9 +260,35 @@ const (
 // why not: the store open and taking writes, and its audit log not failed
 // its self-check (for /readyz, which answers 200 when all pass).
 func (d *Daemon) Checks(ctx context.Context) []httpapi.ReadyCheck {
+	store := d.Store.Ready(ctx)
+	d.noteRefusal(store)
 	return []httpapi.ReadyCheck{
-		{Name: CheckStore, Err: d.Store.Ready(ctx)},
+		{Name: CheckStore, Err: store},
 		{Name: CheckSelfCheck, Err: d.refuseWrites()},
+	}
+}
+
+// noteRefusal logs, once per change of cause, an open store that refuses
+// the daemon's new connections (a PostgreSQL password rotated while it
+// ran), as its readiness check finds it: one ERROR line naming the cause,
+// and one INFO line once it takes them again. The store keeps trying
+// meanwhile (each call opens what connections it needs). A store not open
+// yet is Pending's to log.
+func (d *Daemon) noteRefusal(err error) {
+	var cause string
+	if d.Store.IsOpen() {
+		cause = refusal(err)
+	}
+	d.mu.Lock()
+	last := d.refused
+	d.refused = cause
+	d.mu.Unlock()
+	switch {
+	case cause == last:
+	case cause != "":
+		d.log.Error("the store refuses writerd's connections; answering tool calls UNAVAILABLE and trying again", "cause", cause)
+	default:
+		d.log.Info("the store takes writerd's connections again")
 	}
 }
 

@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -32,6 +35,7 @@ const (
 // not the store is open yet.
 type Pending struct {
 	open   func() (Store, error)
+	log    *slog.Logger
 	opened chan struct{} // closed once store or err is set
 	stop   context.CancelFunc
 	done   chan struct{} // closed when the goroutine has returned
@@ -50,8 +54,11 @@ var _ Store = (*Pending)(nil)
 // background until it opens, ctx ends or Close is called. Any other error
 // of the first attempt is returned: a damaged store is refused at
 // start-up.
-func openPending(ctx context.Context, open func() (Store, error)) (*Pending, error) {
-	p := &Pending{open: open, opened: make(chan struct{}), done: make(chan struct{})}
+func openPending(ctx context.Context, log *slog.Logger, open func() (Store, error)) (*Pending, error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	p := &Pending{open: open, log: log, opened: make(chan struct{}), done: make(chan struct{})}
 	s, err := open()
 	switch {
 	case err == nil:
@@ -82,16 +89,55 @@ func (p *Pending) retry(ctx context.Context) {
 		case <-t.C:
 		}
 		s, err := p.open()
+		if errors.As(err, new(*RefusedError)) {
+			// A store that was only unreachable when the daemon started
+			// now refuses it (a password rotated meanwhile): it is tried
+			// again as if unreachable, since its operator may fix it
+			// without a restart (a role created, pg_hba.conf reloaded).
+			err = pipeline.Wrap(pipeline.Unavailable, err, refusedMessage)
+		}
 		if err != nil && pipeline.ErrorCode(err) == pipeline.Unavailable {
 			p.mu.Lock()
+			last := p.waiting
 			p.waiting = err
 			p.mu.Unlock()
+			p.logChange(last, err)
 			wait = min(2*wait, RetryMost)
 			continue
 		}
 		p.settle(s, err)
 		return
 	}
+}
+
+// refusedMessage is what a call is told while the store refuses the
+// daemon; the cause is in the log.
+const refusedMessage = "The store refuses writerd's connection; writerd keeps trying. Send the call again with the same key later; its operator will find why in writerd's log."
+
+// logChange logs the cause of an attempt to open that failed, once per
+// change of cause, not once an attempt: a refusal as an ERROR (its
+// operator must act), a store that cannot be reached again after one as
+// a WARN. Causes name no path, URL or password.
+func (p *Pending) logChange(last, err error) {
+	if last != nil && waitCause(last) == waitCause(err) {
+		return
+	}
+	if errors.As(err, new(*RefusedError)) {
+		p.log.Error("the store refuses writerd; answering tool calls UNAVAILABLE and trying again", "cause", waitCause(err), "retry_every", RetryMost.String())
+		return
+	}
+	if last != nil && errors.As(last, new(*RefusedError)) {
+		p.log.Warn(waitingMessage(err), "cause", waitCause(err), "retry_every", RetryFirst.String()+" to "+RetryMost.String())
+	}
+}
+
+// waitCause is the cause of an error of an attempt to open, for the log:
+// not the caller's sentence.
+func waitCause(err error) string {
+	if inner := errors.Unwrap(err); inner != nil {
+		return inner.Error()
+	}
+	return err.Error()
 }
 
 func (p *Pending) settle(s Store, err error) {

@@ -131,7 +131,7 @@ func (e *DamagedError) Unwrap() error { return e.err }
 // ends or it is closed. Any other failure is returned (a *DamagedError
 // for a damaged store).
 func OpenStore(ctx context.Context, c StoreConfig) (*Pending, error) {
-	return openPending(ctx, func() (Store, error) { return open(ctx, c) })
+	return openPending(ctx, nil, func() (Store, error) { return open(ctx, c) })
 }
 
 // open opens the store read-write, once: a held bbolt file, or a
@@ -184,6 +184,32 @@ type UnreachableError struct{ err error }
 func (e *UnreachableError) Error() string { return e.err.Error() }
 func (e *UnreachableError) Unwrap() error { return e.err }
 
+// RefusedError is a store that refuses the daemon, for a reason that
+// does not pass on its own: a PostgreSQL server that refuses its password
+// or its role, or has no database of the name given. Its text is one
+// sentence saying what to check. serve and check refuse to start on it; a
+// daemon already running that meets it (a password rotated) keeps trying
+// (Pending, and the store's own connections), logging it once per change
+// of cause.
+type RefusedError struct{ err error }
+
+func (e *RefusedError) Error() string { return e.err.Error() }
+func (e *RefusedError) Unwrap() error { return e.err }
+
+// refusal returns the sentence of a store's refusal of the daemon in err
+// (a *RefusedError, or a backend's of a store already open), or "".
+func refusal(err error) string {
+	var refused *RefusedError
+	var pg *postgres.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		return refused.Error()
+	case errors.As(err, &pg):
+		return pg.Error()
+	}
+	return ""
+}
+
 // ErrOtherOrigin: the store's audit log was signed with another key than
 // the daemon was given.
 var ErrOtherOrigin = errors.New("the audit signing key is not the one the store's log is signed with: give every replica the same --audit-key")
@@ -194,7 +220,10 @@ func openPostgres(ctx context.Context, c StoreConfig, readOnly bool) (Store, err
 	s, err := postgres.Open(ctx, c.pgdb(readOnly))
 	if err != nil {
 		if errors.Is(err, postgres.ErrNoDatabase) && !readOnly {
-			return nil, errors.New(c.Name() + " does not exist: create it first, owned by the role writerd connects as (CREATE DATABASE … OWNER …); writerd creates its schema in it")
+			return nil, &RefusedError{errors.New(c.Name() + " does not exist: create it first, owned by the role writerd connects as (CREATE DATABASE … OWNER …); writerd creates its schema in it")}
+		}
+		if errors.As(err, new(*postgres.RefusedError)) {
+			return nil, &RefusedError{err}
 		}
 		if readOnly && pipeline.ErrorCode(err) == pipeline.Unavailable {
 			return nil, &UnreachableError{fmt.Errorf("%s cannot be reached: %w", c.Name(), errors.Unwrap(err))}

@@ -26,7 +26,57 @@ const (
 	unavailableMessage = "The store failed the call, which may or may not have been recorded; send the call again with the same key later."
 	// closedMessage: the store was closed.
 	closedMessage = "The store is closed; send the call again with the same key later."
+	// RefusedMessage: the server refuses writerd's connections (its
+	// password, its role); the daemon retries, and its operator must act.
+	RefusedMessage = "The store, a PostgreSQL database, refuses writerd's connection; writerd keeps trying. Send the call again with the same key later; its operator will find why in writerd's log."
 )
+
+// RefusedError is the server's refusal of writerd's connection that does
+// not pass on its own, as a server that is down does: the password or the
+// role refused. Its text is one sentence for the operator, naming the
+// SQLSTATE and what to check, without the role, the database, the host or
+// a password. Open returns it as it is (a daemon refuses to start on it);
+// a store already open answers a call that meets it UNAVAILABLE
+// (RefusedMessage) with it as the cause.
+type RefusedError struct {
+	// Code is the SQLSTATE: 28P01 (invalid_password: a wrong password,
+	// or, with password authentication, a role that does not exist) or
+	// 28000 (invalid_authorization_specification: the role does not
+	// exist, or pg_hba.conf refuses it).
+	Code string
+	// NoRole is set when the server said the role does not exist.
+	NoRole bool
+	err    error
+}
+
+func (e *RefusedError) Unwrap() error { return e.err }
+
+func (e *RefusedError) Error() string {
+	switch {
+	case e.NoRole:
+		return "the PostgreSQL server has no role of the name writerd connects as (SQLSTATE " + e.Code + "); create it (CREATE ROLE … LOGIN PASSWORD …) or name another in --store"
+	case e.Code == "28P01":
+		return "the PostgreSQL server refused the password of the role writerd connects as (SQLSTATE 28P01: a wrong password, or no such role); check the password writerd is given (--store-password-file, the connection string, PGPASSWORD or ~/.pgpass)"
+	}
+	return "the PostgreSQL server refused the role writerd connects as (SQLSTATE " + e.Code + "): no line of its pg_hba.conf lets that role connect to that database from here, or the role may not log in"
+}
+
+// refusal returns the server's refusal of a connection in err, or nil.
+func refusal(err error) *RefusedError {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) {
+		return nil
+	}
+	switch pg.Code {
+	case "28P01", "28000":
+		// The server's own words, in its default English, are the one sign
+		// of a role that does not exist (with password authentication the
+		// server says 28P01 for it, on purpose, as for a wrong password).
+		noRole := strings.HasPrefix(pg.Message, `role "`) && strings.HasSuffix(pg.Message, `" does not exist`)
+		return &RefusedError{Code: pg.Code, NoRole: noRole, err: err}
+	}
+	return nil
+}
 
 // pgError is an error of the server or the driver, with a text that holds
 // no value a caller sent, no address, user or password: the SQLSTATE and
@@ -55,6 +105,11 @@ func wrapErr(what string, err error) error {
 	// Described even when the call's context ended, which is UNAVAILABLE:
 	// the raw text of a *pgconn.ConnectError names the user, the database
 	// and the host.
+	if r := refusal(err); r != nil {
+		// A store already open whose new connections are refused (a
+		// password rotated): the daemon keeps trying.
+		return pipeline.Wrap(pipeline.Unavailable, r, RefusedMessage)
+	}
 	e := &pgError{text: "postgres: " + what + ": " + describe(err), err: err}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || transient(err) {
 		return pipeline.Wrap(pipeline.Unavailable, e, unavailableMessage)

@@ -88,8 +88,10 @@ var _ pipeline.Store[handlers.Store] = (*Store)(nil)
 // Open connects to the database, brings its schema up to date (under an
 // advisory lock, so that replicas starting together apply each migration
 // once) and returns its store. A server that cannot be reached is
-// UNAVAILABLE, which the daemon retries; a schema newer than this writerd
-// knows is ErrSchemaNewer.
+// UNAVAILABLE, which the daemon retries; one that refuses the password or
+// the role is a *RefusedError, and one without the database
+// ErrNoDatabase, which a daemon refuses to start on; a schema newer than
+// this writerd knows is ErrSchemaNewer.
 func Open(ctx context.Context, c Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(c.URL)
 	if err != nil {
@@ -126,6 +128,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		pool.Close()
 		if isCode(err, "3D000") { // invalid_catalog_name
 			return nil, ErrNoDatabase
+		}
+		if r := refusal(err); r != nil {
+			return nil, r
 		}
 		return nil, unreachable(err)
 	}

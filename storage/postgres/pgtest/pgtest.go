@@ -271,6 +271,11 @@ type Options struct {
 	Fsync bool
 	// Settings are more postgres -c settings.
 	Settings map[string]string
+	// HBA, if set, replaces the cluster's pg_hba.conf (initdb's trusts
+	// every local connection): for a test of roles and passwords. Its
+	// first line should still trust the superuser writerd, whom Cluster's
+	// URL names.
+	HBA string
 }
 
 // Cluster is a PostgreSQL cluster of a test's own.
@@ -310,6 +315,17 @@ func Start(o Options) (*Cluster, error) {
 	if out, err := c.run("initdb", "-D", c.data(), "-U", "writerd", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"); err != nil {
 		os.RemoveAll(c.Dir)
 		return nil, fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	if o.HBA != "" {
+		hba := filepath.Join(c.data(), "pg_hba.conf")
+		err := os.WriteFile(hba, []byte(o.HBA), 0o600)
+		if err == nil && c.cred != nil {
+			err = os.Chown(hba, int(c.cred.Uid), int(c.cred.Gid))
+		}
+		if err != nil {
+			os.RemoveAll(c.Dir)
+			return nil, err
+		}
 	}
 	if err := c.Start(); err != nil {
 		os.RemoveAll(c.Dir)
