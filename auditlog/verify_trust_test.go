@@ -222,3 +222,33 @@ func TestVerify_WitnessQuorum(t *testing.T) {
 		t.Fatalf("a rewrite under a witnessed checkpoint: %+v, %v; want a problem at 1..44", v, err)
 	}
 }
+
+// Ensure a checkpoint the auditor saved (--against) pins the log but is
+// no witness's cosignature: with witnesses asked for, a log whose own
+// checkpoints carry none is unwitnessed whatever was saved, even a saved
+// checkpoint carrying the witnesses' cosignatures; it is never counted
+// as Witnessed.
+func TestVerify_SavedIsNotWitnessed(t *testing.T) {
+	key := newKey(t)
+	a, b := newWitness(t, "witness.example/a"), newWitness(t, "witness.example/b")
+	witnesses := []note.Verifier{a.verifier, b.verifier}
+	honest := buildLog(t, key, 80, 0, 44, 80)
+	for name, saved := range map[string][]byte{
+		"saved":                   honest.cps[44],
+		"saved, cosigned by both": cosign(t, honest.cps[44], a, b),
+	} {
+		t.Run(name, func(t *testing.T) {
+			v, err := auditlog.Verify(auditlog.Input{Key: key.Verifier, Checkpoints: honest.checkpoints(44, 80), Against: [][]byte{saved},
+				Witnesses: witnesses, Quorum: 2, Events: honest.stream(nil)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Witnessed != 0 || v.Pinned != 44 {
+				t.Errorf("witnessed at %d, pinned at %d; want pinned at 44 and witnessed at none", v.Witnessed, v.Pinned)
+			}
+			if len(v.Problems) != 1 || v.Problems[0].Kind != auditlog.ProblemUnwitnessed {
+				t.Fatalf("problems %+v; want the log unwitnessed: a saved checkpoint is not a witness's cosignature", v.Problems)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"filippo.io/torchwood"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/witness"
@@ -473,4 +475,72 @@ func TestCosigner_RunAndPoke(t *testing.T) {
 	nilCosigner.Poke()
 	nilCosigner.Run(ctx)
 	nilCosigner.Round(ctx)
+}
+
+// Ensure a stored checkpoint that does not verify with the log's key
+// (signed by another key of the log's name, or the log's signature over
+// other text) never reaches a witness, even one that would cosign
+// anything: the witness gets no request, the store keeps the checkpoint
+// as it was, and the cosigner logs it once.
+func TestCosigner_ForgedCheckpointNeverSent(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		forge func(t *testing.T, signed []byte) []byte
+	}{
+		{"another key of the log's name", func(t *testing.T, signed []byte) []byte {
+			cp, err := auditlog.ParseSigned(signed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := cp.Sign(mustKey(t, cp.Origin).Signer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}},
+		{"the log's signature over another root", func(t *testing.T, signed []byte) []byte {
+			cp, err := auditlog.ParseSigned(signed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, sig, _ := bytes.Cut(signed, []byte("\n\n"))
+			other := auditlog.Checkpoint{Origin: cp.Origin, Size: cp.Size, Root: tlog.RecordHash([]byte("another tree"))}
+			return append([]byte(other.Text()+"\n"), sig...)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := mustKey(t, "example.com/log")
+			l := newLog(t, key)
+			f := newFake(t, "witness.example/any")
+			f.handle = func(w http.ResponseWriter, _ string, _ []string, s []byte) { w.Write(f.cosign(s)) }
+			logs := new(logBuffer)
+			c := &witness.Cosigner{Storage: l.storage(), Key: key, Witnesses: []*witness.Witness{f.witness(t)}, Quorum: 1,
+				Logger: slog.New(slog.NewJSONHandler(logs, nil)), RetryFirst: time.Millisecond, RetryMost: time.Millisecond}
+			l.grow("a", 3)
+			c.Round(context.Background())
+			if n := f.hits.Load(); n != 1 {
+				t.Fatalf("the witness got %d requests for the log's honest checkpoint, want 1", n)
+			}
+			// The checkpoint of size 5, replaced in the store by a forged one.
+			size := l.grow("a", 2)
+			forged := tt.forge(t, l.latest())
+			if _, err := auditlog.OpenCheckpoint(forged, key.Verifier); err == nil {
+				t.Fatal("the forged checkpoint verifies with the log's key")
+			}
+			l.e.Update(func(tx pipeline.Tx[handlers.Store]) error { return tx.Audit().PutCheckpoint(size, forged) })
+			for range 3 {
+				c.Round(context.Background())
+				time.Sleep(5 * time.Millisecond)
+			}
+			if n := f.hits.Load(); n != 1 {
+				t.Fatalf("the witness got %d requests after the forged checkpoint was stored, want none: it was sent", n-1)
+			}
+			if got := l.latest(); !bytes.Equal(got, forged) {
+				t.Fatalf("the stored checkpoint changed:\n%s\nwant it as forged:\n%s", got, forged)
+			}
+			if n := logs.count("ERROR", "the latest audit checkpoint does not verify with the log's key"); n != 1 {
+				t.Fatalf("%d errors saying the checkpoint does not verify, want 1:\n%s", n, logs)
+			}
+		})
+	}
 }

@@ -403,7 +403,8 @@ func TestTiles_AuditPublic(t *testing.T) {
 
 // Ensure publish refuses, with one sentence, a directory that holds
 // another log's checkpoint (another key), or one of a log signed with the
-// same key that this log does not extend (a fork), and leaves it as it is.
+// same key that this log does not extend (a fork, of the same size or
+// larger), and leaves it as it is.
 func TestPublish_RefusesAnotherLog(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	keyFile := filepath.Join(t.TempDir(), "shared", "audit-signing.key")
@@ -415,7 +416,8 @@ func TestPublish_RefusesAnotherLog(t *testing.T) {
 	a := mustAuditLog(t, testStore{Dir: t.TempDir()}, "a", "--audit-key", keyFile)
 	// The key copied alone: beside keyFile, the daemon of a remembers
 	// what it signed, and would refuse to sign another log.
-	b := mustAuditLog(t, testStore{Dir: t.TempDir()}, "b", "--audit-key", mustCopyKeyFile(t, keyFile))
+	bKey := mustCopyKeyFile(t, keyFile)
+	b := mustAuditLog(t, testStore{Dir: t.TempDir()}, "b", "--audit-key", bKey)
 	other := mustAuditLog(t, testStore{Dir: t.TempDir()}, "c") // its own key
 
 	dir := filepath.Join(t.TempDir(), "published")
@@ -440,6 +442,12 @@ func TestPublish_RefusesAnotherLog(t *testing.T) {
 		want string
 	}{
 		{"a fork signed with the same key", func() ran { return publish(b, dir) }, "that the log's latest checkpoint, of 12, does not extend: the log was forked or rewritten since it was published; it was left as it is"},
+		// The fork grown past the published tree: only the tree of the
+		// directory's size in it shows the fork.
+		{"a larger fork signed with the same key", func() ran {
+			mustAuditLog(t, b, "b2", "--audit-key", bKey)
+			return publish(b, dir)
+		}, "holds a checkpoint of 12 events that the log's latest checkpoint, of 24, does not extend: the log was forked or rewritten since it was published; it was left as it is"},
 		{"another log", func() ran {
 			return mustAudit(t, nil, "publish", "--data", other.Dir, "--dir", dir)
 		}, "that the log's key"},

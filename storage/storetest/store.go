@@ -189,3 +189,55 @@ func testBuiltinTools(t *testing.T, b Backend) {
 		t.Fatalf("%d projects, want 3", got)
 	}
 }
+
+// leader returns s as a pipeline.Leader: every backend is one (a store
+// that is not is never taken to lead, and its log is never signed).
+func leader(t testing.TB, s Store) pipeline.Leader {
+	t.Helper()
+	l, ok := s.(pipeline.Leader)
+	if !ok {
+		t.Fatalf("the store %T has no Lead: its log would never be signed", s)
+	}
+	return l
+}
+
+func testOneLeader(t *testing.T, b Backend) {
+	ctx := context.Background()
+	e := New(t, b, Options{})
+	first := leader(t, e.Store)
+	for range 3 {
+		if !first.Lead(ctx) {
+			t.Fatal("a store alone on its data does not lead")
+		}
+	}
+	s, err := e.open()
+	if err != nil {
+		// One process holds the data (bbolt): no second store, so no
+		// second leader; the store opened again once closed leads.
+		t.Logf("a second store on the same data is refused (%v): one process holds it", err)
+		e.Reopen()
+		if !leader(t, e.Store).Lead(ctx) {
+			t.Fatal("the store opened again does not lead")
+		}
+		return
+	}
+	defer s.Close()
+	other := leader(t, s)
+	for range 3 {
+		if other.Lead(ctx) {
+			t.Fatal("two stores on the same data both lead: each replica would sign the log and send it to the witnesses")
+		}
+		if !first.Lead(ctx) {
+			t.Fatal("the leader stopped leading when another store asked")
+		}
+	}
+	e.MustCheck()
+	e.Close()
+	// The server releases the lock once it has ended the closed store's
+	// session, a moment after the close.
+	for deadline := time.Now().Add(10 * time.Second); !other.Lead(ctx); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the other store does not lead within 10s of the leader's close")
+		}
+	}
+}
