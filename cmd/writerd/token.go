@@ -66,11 +66,13 @@ Examples:
 	# Make a read-only token for a dashboard:
 	writerd token new --tokens ~/.config/writerd/tokens.json --name dashboard --scopes read
 
-	# List the tokens, revoke one, and have the daemon read the file again:
+	# List the tokens, revoke one, and have the daemon read the file again
+	# (the daemon started with --pid-file ~/.config/writerd/serve.pid; its
+	# "listening on" log line names its pid too):
 	export WRITERD_TOKENS=~/.config/writerd/tokens.json
 	writerd token list
 	writerd token revoke --name dashboard
-	kill -HUP "$(pidof writerd)"
+	kill -HUP "$(cat ~/.config/writerd/serve.pid)"
 
 Run 'writerd token new -h' (list, revoke) for one command's flags.
 
@@ -126,7 +128,7 @@ A name the file does not hold is an error (exit 1).
 Example:
 
 	writerd token revoke --tokens ~/.config/writerd/tokens.json --name dashboard
-	kill -HUP "$(pidof writerd)"
+	kill -HUP "$(cat ~/.config/writerd/serve.pid)"   # the daemon's --pid-file
 
 Flags:
 `
@@ -226,7 +228,7 @@ func (c *TokenCommand) Run(_ context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "new":
-		return c.new(path, expandHome(c.tokenOut))
+		return c.new(path, expandHome(c.tokenOut), c.tokenOut)
 	case "list":
 		return c.list(path)
 	default:
@@ -234,10 +236,11 @@ func (c *TokenCommand) Run(_ context.Context, args []string) error {
 	}
 }
 
-// new makes a token and prints it, or writes it to out if not "": a file
+// new makes a token and prints it, or writes it to out if not "" (given
+// as the command line spelled it, for its message): a file
 // made here, mode 0600, before the token is (an existing one is refused,
 // and no token made), and removed if no token could be made.
-func (c *TokenCommand) new(path, out string) error {
+func (c *TokenCommand) new(path, out, given string) error {
 	var f *os.File
 	if out != "" {
 		err := os.MkdirAll(filepath.Dir(out), 0o700)
@@ -262,7 +265,7 @@ func (c *TokenCommand) new(path, out string) error {
 	if err != nil {
 		return err
 	}
-	where := "Store it now: it is shown this once"
+	where := "Store it now: it is shown this once, and"
 	if f == nil {
 		fmt.Fprintln(c.Stdout, token)
 	} else {
@@ -275,9 +278,9 @@ func (c *TokenCommand) new(path, out string) error {
 		if err != nil {
 			return fmt.Errorf("made a token named %q, but cannot write it to -o %s: %w; revoke it (writerd token revoke --name %s) and make another", c.name, out, pathless.Error(err), c.name)
 		}
-		where = fmt.Sprintf("It is in %s (mode 0600), and nowhere else", out)
+		where = fmt.Sprintf("It is in %s (mode 0600), and nowhere else:", given)
 	}
-	fmt.Fprintf(c.Stderr, "writerd token new: made a token named %q with scopes %s. %s: the tokens file keeps only its hash. A running writerd serve accepts it after SIGHUP.\n",
+	fmt.Fprintf(c.Stderr, "writerd token new: made a token named %q with scopes %s. %s the tokens file keeps only its hash. A running writerd serve accepts it after SIGHUP.\n",
 		c.name, auth.FormatScopes(c.scopes), where)
 	return nil
 }
