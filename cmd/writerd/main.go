@@ -32,7 +32,7 @@ type command interface {
 
 // commands returns the subcommands, wired to the process's streams.
 func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command {
-	return map[string]command{
+	cmds := map[string]command{
 		"serve":   &ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr},
 		"check":   &CheckCommand{Stdout: stdout, Stderr: stderr},
 		"backup":  &BackupCommand{Stdout: stdout, Stderr: stderr},
@@ -41,7 +41,15 @@ func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command 
 		"bench":   &BenchCommand{Stdout: stdout, Stderr: stderr},
 		"version": &VersionCommand{Stdout: stdout, Stderr: stderr},
 	}
+	for name, cmd := range devCommands(stdout, stderr) {
+		cmds[name] = cmd
+	}
+	return cmds
 }
+
+// devCommands are the commands of the writerd_testtools build
+// (testtools.go), such as dev-issuer; none in a release build.
+var devCommands = func(stdout, stderr io.Writer) map[string]command { return nil }
 
 // run executes one subcommand and returns the exit code: 0 on success, 1 on
 // failure, 2 on a usage error. Help asked for goes to stdout; a usage error

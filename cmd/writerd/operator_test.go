@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -166,5 +168,46 @@ func TestToken_NewToFile(t *testing.T) {
 	r = mustRunWith(t, runConfig{}, "token", "new", "--tokens", tokens, "--name", "AGENT", "-o", other)
 	if _, err := os.Stat(other); r.code != 1 || !os.IsNotExist(err) {
 		t.Errorf("a taken name with -o: exit %d, file %v; want 1 and no file", r.code, err)
+	}
+}
+
+// Ensure docs/OAUTH.md's block for trying OAuth locally runs as written,
+// on a port of the test's own, with the development build the tests
+// already made in place of its go build line: the dev issuer's token
+// writes through a daemon that trusts it, as the principal dev:alice.
+func TestOAuth_LocalBlock(t *testing.T) {
+	work := t.TempDir()
+	home := filepath.Join(work, "home")
+	demo := filepath.Join(home, "writerd-demo")
+	if err := os.MkdirAll(demo, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(testBinary, filepath.Join(demo, "writerd-dev")); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\n")
+	for _, line := range strings.Split(docBlock(t, "docs/OAUTH.md", "## Trying OAuth locally"), "\n") {
+		if strings.HasPrefix(line, "go build ") {
+			continue // the test's build of the same tag
+		}
+		script.WriteString(strings.ReplaceAll(line, "127.0.0.1:7070", addr) + "\n")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := readmeShell(ctx, work, home, script.String())
+	out, err := cmd.CombinedOutput()
+	killGroup(cmd)
+	if err != nil || !strings.Contains(string(out), `"name":"from-oauth"`) || !strings.Contains(string(out), `"authorization_servers"`) {
+		t.Fatalf("the block: %v\n%s\n%s", err, out, mustReadFile(t, filepath.Join(demo, "oauth.log")))
+	}
+	if log := mustReadFile(t, filepath.Join(demo, "oauth.log")); !strings.Contains(log, `"principal":"dev:alice"`) {
+		t.Errorf("the write's log line lacks the principal dev:alice:\n%s", log)
 	}
 }
