@@ -269,7 +269,8 @@ func (c *TokenCommand) new(path, out, given string) error {
 	if f == nil {
 		fmt.Fprintln(c.Stdout, token)
 	} else {
-		if _, err := fmt.Fprintln(f, token); err == nil {
+		_, err = fmt.Fprintln(f, token)
+		if err == nil {
 			err = f.Sync()
 		}
 		if err == nil {

@@ -149,7 +149,7 @@ func prerequisites(root string) []prerequisite {
 					}
 				}
 				if _, err := os.Stat(filepath.Join(modules, "@modelcontextprotocol", "sdk", "package.json")); err != nil {
-					return "", fmt.Errorf("Node is %s, but the MCP TypeScript SDK is not in .ci/conformance.d", node)
+					return "", fmt.Errorf("the MCP TypeScript SDK is not in .ci/conformance.d (Node is %s)", node)
 				}
 				return node + ", the SDK in .ci/conformance.d", nil
 			},
