@@ -88,6 +88,8 @@ Flags shared by the commands:
 // lists them.
 var auditCommands = []string{"list", "show", "verify", "checkpoint", "export", "publish", "tail", "key"}
 
+func (c *AuditCommand) subcommands() []string { return auditCommands }
+
 // commands returns the audit commands, wired to the streams.
 func (c *AuditCommand) commands() map[string]command {
 	return map[string]command{

@@ -319,7 +319,7 @@ func TestAudit_HelpAndUsageErrors(t *testing.T) {
 		{"audit checkpoint -h", []string{"audit", "checkpoint", "-h"}, 0, auditCheckUsageLine, ""},
 		{"audit help publish", []string{"audit", "help", "publish"}, 0, auditPublishUsageLn, ""},
 		{"publish without a directory", []string{"audit", "publish", "--data", missing}, 2, auditPublishUsageLn, "writerd audit publish: --dir is required: the directory to publish the tiles in"},
-		{"publish to a relative directory", []string{"audit", "publish", "--dir", "site"}, 2, auditPublishUsageLn, "writerd audit publish: --dir takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one"},
+		{"publish to a relative directory", []string{"audit", "publish", "--dir", "site"}, 2, auditPublishUsageLn, "writerd audit publish: --dir takes an absolute path, such as /srv/tiles or ~/writerd-tiles, not a relative one"},
 
 		{"no command", []string{"audit"}, 2, auditUsageLine, "writerd audit: no command given: list, show, verify, checkpoint, export, publish, tail, key"},
 		{"unknown command", []string{"audit", "lst"}, 2, auditUsageLine, `writerd audit: unknown command "lst": list, show, verify, checkpoint, export, publish, tail, key`},

@@ -112,7 +112,7 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.Stdout, "writerd check: %s: the file is damaged, so the checks that need it mapped did not run.\n", count(len(damaged.Problems), "problem"))
 		return errProblems
 	case err != nil:
-		return fmt.Errorf("the store cannot be opened: %w", err)
+		return c.store.namePath(fmt.Errorf("the store cannot be opened: %w", err))
 	}
 	defer s.Close()
 

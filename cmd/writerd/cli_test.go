@@ -69,10 +69,15 @@ func mustNotFault(t testing.TB, stderr string) {
 	}
 }
 
+// helpLineRE is the second and last line of a usage error: the help
+// command to read.
+var helpLineRE = regexp.MustCompile(`^Run 'writerd (help(?: [a-z]+)*)' for `)
+
 // mustFollowUsage checks a run against the command line's conventions: it
-// exited with code; help (code 0) went to stdout, a usage error to stderr,
-// beginning with the sentence firstLine; the other stream is empty; of the
-// usages, whose first lines are given, only usage was printed, once.
+// exited with code; help (code 0) went to stdout, printing usage once and
+// none of the other usages, whose first lines are given; a usage error
+// went to stderr as two lines, the sentence firstLine and the help command
+// to read, which prints usage; the other stream is empty.
 func mustFollowUsage(t testing.TB, r ran, code int, usage, firstLine string, usages ...string) {
 	t.Helper()
 	if r.code != code {
@@ -81,8 +86,19 @@ func mustFollowUsage(t testing.TB, r ran, code int, usage, firstLine string, usa
 	printed, silent := r.stdout, r.stderr
 	if code != 0 {
 		printed, silent = r.stderr, r.stdout
-		if first, _, _ := strings.Cut(r.stderr, "\n"); first != firstLine {
-			t.Errorf("stderr begins %q, want %q", first, firstLine)
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if lines[0] != firstLine {
+			t.Errorf("stderr begins %q, want %q", lines[0], firstLine)
+		}
+		m := helpLineRE.FindStringSubmatch(lines[len(lines)-1])
+		switch {
+		case len(lines) != 2 || m == nil:
+			t.Errorf("stderr is %d lines, want 2: the sentence and the help command to read:\n%s", len(lines), r.stderr)
+		default:
+			help := mustRun(t, strings.Fields(m[1])...)
+			if help.code != 0 || strings.Count(help.stdout, usage) != 1 {
+				t.Errorf("writerd %s: exit %d, and it prints %q %d times, want once:\n%s%s", m[1], help.code, usage, strings.Count(help.stdout, usage), help.stdout, help.stderr)
+			}
 		}
 	}
 	if silent != "" {
@@ -90,7 +106,7 @@ func mustFollowUsage(t testing.TB, r ran, code int, usage, firstLine string, usa
 	}
 	for _, line := range usages {
 		want := 0
-		if line == usage {
+		if line == usage && code == 0 {
 			want = 1
 		}
 		if n := strings.Count(printed, line); n != want {
@@ -109,11 +125,11 @@ const (
 )
 
 // Ensure the command line keeps its conventions: help asked for (help,
-// -h, --help, help <command>) goes to stdout with exit 0; a usage error
-// (no or unknown command, unknown flag, bad value, unexpected argument)
-// prints one sentence and the usage, once, to stderr with exit 2, and a
-// refused value names the form the flag takes, whether it came from a flag
-// or the environment.
+// -h, --help, help <command>, help <command> <command>) goes to stdout
+// with exit 0; a usage error (no or unknown command, unknown flag, bad
+// value, unexpected argument) prints one sentence and the help command to
+// read (not the usage) to stderr with exit 2, and a refused value names
+// the form the flag takes, whether it came from a flag or the environment.
 func TestCLI_HelpAndUsageErrors(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -138,7 +154,11 @@ func TestCLI_HelpAndUsageErrors(t *testing.T) {
 		{"unknown command", []string{"serv"}, nil, 2, mainUsageLine, `writerd: unknown command "serv"`},
 		{"unknown top-level flag", []string{"--verbose"}, nil, 2, mainUsageLine, "writerd: unknown flag --verbose"},
 		{"help for an unknown command", []string{"help", "serv"}, nil, 2, mainUsageLine, `writerd: unknown command "serv"`},
-		{"help for two commands", []string{"help", "serve", "check"}, nil, 2, mainUsageLine, "writerd: help takes one command, not 2"},
+		{"help for a command of serve", []string{"help", "serve", "check"}, nil, 2, mainUsageLine, "writerd: serve has no commands of its own: writerd help serve"},
+		{"help audit verify", []string{"help", "audit", "verify"}, nil, 0, auditVerifyUsageLn, ""},
+		{"help token new", []string{"help", "token", "new"}, nil, 0, tokenNewUsageLine, ""},
+		{"help audit of an unknown command", []string{"help", "audit", "verfy"}, nil, 2, auditUsageLine, "writerd audit: help takes one of list, show, verify, checkpoint, export, publish, tail, key"},
+		{"a token command's usage error", []string{"token", "new", "--tokens", "/tmp/t.json"}, nil, 2, tokenNewUsageLine, "writerd token new: --name is required: the token's name, such as ci-agent"},
 		{"unknown flag", []string{"serve", "--stdio", "--verbose"}, nil, 2, serveUsageLine, "writerd serve: unknown flag -verbose"},
 		{"unexpected argument", []string{"serve", "--stdio", "now"}, nil, 2, serveUsageLine, `writerd serve: unexpected argument "now"`},
 		{"a duration without its unit", []string{"serve", "--key-ttl", "24"}, nil, 2, serveUsageLine, "writerd serve: --key-ttl takes a duration such as 24h"},
@@ -163,7 +183,7 @@ func TestCLI_HelpAndUsageErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := mustRunWith(t, runConfig{env: tt.env}, tt.args...)
-			mustFollowUsage(t, r, tt.code, tt.usage, tt.stderr, mainUsageLine, serveUsageLine, checkUsageLine, versionUsageLine)
+			mustFollowUsage(t, r, tt.code, tt.usage, tt.stderr, mainUsageLine, serveUsageLine, checkUsageLine, versionUsageLine, auditUsageLine, auditVerifyUsageLn, tokenNewUsageLine)
 		})
 	}
 }

@@ -51,6 +51,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Setenv("XDG_CONFIG_HOME", filepath.Join(configRoot, "process"))
+	// No test takes a flag from the environment of whoever runs them.
+	if cleared := clearCommandEnv(); len(cleared) > 0 && testing.Verbose() {
+		fmt.Fprintf(os.Stderr, "writerd tests: unset %s, which would reach the commands the tests run\n", strings.Join(cleared, " "))
+	}
 	for _, b := range []struct{ out, tags string }{{binary, ""}, {testBinary, "writerd_testtools"}} {
 		cmd := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, ".")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

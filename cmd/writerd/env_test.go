@@ -1,8 +1,11 @@
 package main
 
 import (
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -123,4 +126,46 @@ func mustCopyKeyFile(t testing.TB, path string) string {
 		t.Fatal(err)
 	}
 	return to
+}
+
+// clearCommandEnv unsets, in the test process and so in every process a
+// test starts, each variable that sets a flag of a writerd command
+// (WRITERD_DATA, WRITERD_TOKENS, WRITERD_STORE, …) and WRITERD_TOKEN, the
+// token the client commands present: a newcomer who followed the README
+// has some of them exported, and each would reach the daemons and commands
+// the tests run (WRITERD_TOKENS beside --insecure-no-auth is refused,
+// WRITERD_DATA wins over the default the test checks), so that the tests
+// failed, and a package that fails is never cached. The tests' own
+// variables (WRITERD_TEST_*, WRITERD_LITEWITNESS, WRITERD_CHROMIUM,
+// WRITERD_TRIALS, WRITERD_BENCH*) name no flag and are kept.
+func clearCommandEnv() []string {
+	names := map[string]bool{"WRITERD_TOKEN": true}
+	add := func(fs *flagSet) {
+		fs.VisitAll(func(f *flag.Flag) { names[envName(f.Name)] = true })
+	}
+	for name, cmd := range commands(nil, io.Discard, io.Discard) {
+		add(cmd.flags())
+		switch name {
+		case "audit":
+			for _, sub := range (&AuditCommand{Stdout: io.Discard, Stderr: io.Discard}).commands() {
+				add(sub.flags())
+			}
+		case "token":
+			tc := &TokenCommand{Stdout: io.Discard, Stderr: io.Discard}
+			for sub, s := range tokenCommands {
+				fs := newFlagSet("writerd token "+sub, s.usage, io.Discard, io.Discard)
+				tc.define(fs, s.name, s.new, s.list)
+				add(fs)
+			}
+		}
+	}
+	var cleared []string
+	for name := range names {
+		if _, ok := os.LookupEnv(name); ok && !strings.HasPrefix(name, "WRITERD_TEST_") {
+			os.Unsetenv(name)
+			cleared = append(cleared, name)
+		}
+	}
+	sort.Strings(cleared)
+	return cleared
 }

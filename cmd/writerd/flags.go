@@ -14,14 +14,15 @@ import (
 	"github.com/writerd/writerd/internal/pathless"
 )
 
-// errUsage marks a usage error whose message and usage are already
-// printed (to stderr); the command exits 2.
+// errUsage marks a usage error whose sentence and the pointer to the
+// command's help are already printed (to stderr); the command exits 2.
 var errUsage = errors.New("usage")
 
 // flagSet is a subcommand's flags and the usage it prints: the command's
 // text (what it does, examples), then its flags. It prints nothing by
-// itself while parsing: help asked for goes to stdout, a usage error and
-// the usage go to stderr, each once.
+// itself while parsing: help asked for goes to stdout; a usage error goes
+// to stderr as one sentence and the help command to read (the usage is
+// long, and would bury the sentence).
 type flagSet struct {
 	*flag.FlagSet
 	usage    string               // the text before the flag list
@@ -113,7 +114,8 @@ func (fs *flagSet) printUsage(w io.Writer) {
 // defaults. With fs.env set, only the flags it names are read from the
 // environment. The command takes no arguments besides flags. Help asked for
 // prints the usage to stdout and returns flag.ErrHelp; a usage error
-// prints its message and the usage to stderr and returns errUsage.
+// prints its sentence and where to read more to stderr and returns
+// errUsage.
 func (fs *flagSet) parse(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -175,11 +177,21 @@ func dashed(name string) string {
 	return "--" + name
 }
 
-// fail prints a usage error, a sentence, and the usage to stderr, once.
+// fail prints a usage error to stderr: one sentence, then the help
+// command that prints the command's usage and flags.
 func (fs *flagSet) fail(format string, args ...any) error {
-	fmt.Fprintf(fs.stderr, "%s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
-	fs.printUsage(fs.stderr)
+	fmt.Fprintf(fs.stderr, "%s: %s\n%s\n", fs.Name(), fmt.Sprintf(format, args...), helpPointer(fs.Name()))
 	return errUsage
+}
+
+// helpPointer is the line after a usage error: the help command of the
+// command named name ("writerd", "writerd serve", "writerd audit verify").
+func helpPointer(name string) string {
+	sub := strings.TrimSpace(strings.TrimPrefix(name, "writerd"))
+	if sub == "" {
+		return "Run 'writerd help' for the commands, and 'writerd help <command>' for one command's usage and flags."
+	}
+	return "Run 'writerd help " + sub + "' for its usage and flags."
 }
 
 // shortDuration writes d as a person would: 24h, not 24h0m0s.
@@ -226,9 +238,25 @@ func (fs *flagSet) path(flag, p string) (string, error) {
 		p = filepath.Join(home, strings.TrimPrefix(p[1:], "/"))
 	}
 	if !filepath.IsAbs(p) {
-		return "", fs.fail("%s takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one", fs.label(flag))
+		example, ok := pathExamples[flag]
+		if !ok {
+			example = "/var/lib/writerd/" + flag + " or ~/writerd/" + flag
+		}
+		return "", fs.fail("%s takes an absolute path, such as %s, not a relative one", fs.label(flag), example)
 	}
 	return filepath.Clean(p), nil
+}
+
+// pathExamples are the paths a refused relative one is told to be like,
+// for each flag that names a file or directory: a directory for one, a
+// file for the others.
+var pathExamples = map[string]string{
+	"data":                "/var/lib/writerd or ~/writerd",
+	"dir":                 "/srv/tiles or ~/writerd-tiles",
+	"tokens":              "/etc/writerd/tokens.json or ~/.config/writerd/tokens.json",
+	"audit-key":           "/etc/writerd/audit-signing.key or ~/.config/writerd/audit-signing.key",
+	"store-password-file": "/etc/writerd/pg.password or ~/.config/writerd/pg.password",
+	"pid-file":            "/run/writerd/serve.pid or ~/writerd-demo/serve.pid",
 }
 
 // defaultDataDir is $XDG_DATA_HOME/writerd, or ~/.local/share/writerd. A
@@ -259,6 +287,20 @@ func (fs *flagSet) unexpected(arg, why string) error {
 // not from the URL, PGPASSWORD or ~/.pgpass.
 type storeFlags struct {
 	data, store, passwordFile string
+
+	dataDir  string // the data directory resolved, with the embedded store
+	dataFrom string // where it came from: --data, WRITERD_DATA or the default
+}
+
+// namePath makes an error of the command's own start-up name the data
+// directory that <data> stands for in it, as the operator gave it (or the
+// default that was used): the operator acts on this path. Logs and the
+// answers to callers never show it.
+func (s *storeFlags) namePath(err error) error {
+	if err == nil || s.dataDir == "" || !strings.Contains(err.Error(), "<data>") {
+		return err
+	}
+	return fmt.Errorf("%w (<data> is %s, %s)", err, s.dataDir, s.dataFrom)
 }
 
 // storeForm is the form --store takes, for its usage and its errors.
@@ -284,6 +326,13 @@ func (s *storeFlags) config(fs *flagSet) (daemon.StoreConfig, error) {
 			return daemon.StoreConfig{}, fs.fail("%s is for --store; the embedded store has no password", fs.label("store-password-file"))
 		}
 		dir, err := fs.dataDir(s.data)
+		s.dataDir, s.dataFrom = dir, "the default data directory"
+		switch {
+		case onCommandLine["data"]:
+			s.dataFrom = "the --data given"
+		case fs.fromEnv["data"]:
+			s.dataFrom = "from " + envName("data")
+		}
 		return daemon.StoreConfig{Data: dir}, err
 	}
 	if onCommandLine["data"] && onCommandLine["store"] {

@@ -170,7 +170,7 @@ func TestServe_RefusesAStoreWithoutItsKey(t *testing.T) {
 	}
 	r := mustRunWith(t, runConfig{env: env}, "serve", "--stdio", "--data", data)
 	want := "writerd: serve: the store's audit log (" + origin + ") has no signing key here: there is none in " + path +
-		" nor in <data>/audit-signing.key; put that log's key back, or give its file with --audit-key\n"
+		" nor in <data>/audit-signing.key; put that log's key back, or give its file with --audit-key (<data> is " + data + ", the --data given)\n"
 	if r.code != 1 || r.stderr != want {
 		t.Errorf("serve: exit %d\n%s\nwant:\n%s", r.code, r.stderr, want)
 	}

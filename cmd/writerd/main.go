@@ -32,7 +32,7 @@ type command interface {
 
 // commands returns the subcommands, wired to the process's streams.
 func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command {
-	return map[string]command{
+	cmds := map[string]command{
 		"serve":   &ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr},
 		"check":   &CheckCommand{Stdout: stdout, Stderr: stderr},
 		"backup":  &BackupCommand{Stdout: stdout, Stderr: stderr},
@@ -41,15 +41,23 @@ func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command 
 		"bench":   &BenchCommand{Stdout: stdout, Stderr: stderr},
 		"version": &VersionCommand{Stdout: stdout, Stderr: stderr},
 	}
+	for name, cmd := range devCommands(stdout, stderr) {
+		cmds[name] = cmd
+	}
+	return cmds
 }
+
+// devCommands are the commands of the writerd_testtools build
+// (testtools.go), such as dev-issuer; none in a release build.
+var devCommands = func(stdout, stderr io.Writer) map[string]command { return nil }
 
 // run executes one subcommand and returns the exit code: 0 on success, 1 on
 // failure, 2 on a usage error. Help asked for goes to stdout; a usage error
-// and the usage go to stderr, once.
+// goes to stderr, one sentence and the help command to read.
 func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stderr io.Writer) int {
 	cmds := commands(stdin, stdout, stderr)
 	usageError := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "writerd: "+format+"\n\n%s", append(a, usage)...)
+		fmt.Fprintf(stderr, "writerd: "+format+"\n%s\n", append(a, helpPointer("writerd"))...)
 		return 2
 	}
 	if len(args) == 0 {
@@ -62,10 +70,14 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stderr
 		case len(rest) == 0:
 			fmt.Fprint(stdout, usage)
 			return 0
-		case len(rest) > 1:
-			return usageError("help takes one command, not %d", len(rest))
 		case cmds[rest[0]] == nil:
 			return usageError("unknown command %q", rest[0])
+		case len(rest) > 1:
+			// writerd help audit verify is writerd audit help verify.
+			if _, ok := cmds[rest[0]].(withSubcommands); ok {
+				return exitCode(cmds[rest[0]].Run(ctx, append([]string{"help"}, rest[1:]...)), stderr)
+			}
+			return usageError("%s has no commands of its own: writerd help %s", rest[0], rest[0])
 		}
 		cmds[rest[0]].flags().printUsage(stdout)
 		return 0
@@ -79,7 +91,18 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stderr
 		}
 		return usageError("unknown command %q", name)
 	}
-	err := cmd.Run(ctx, rest)
+	return exitCode(cmd.Run(ctx, rest), stderr)
+}
+
+// withSubcommands is a command whose first argument is a command of its
+// own (writerd audit verify, writerd token new), which takes help SUB.
+type withSubcommands interface {
+	subcommands() []string
+}
+
+// exitCode is the exit code of a command that returned err, printing err
+// if no message was printed yet.
+func exitCode(err error, stderr io.Writer) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
@@ -109,7 +132,7 @@ Commands:
 	audit     list, show, verify and export the audit log: writerd help audit
 	bench     drive writes at a chosen concurrency and report what they cost
 	version   print the version (also: writerd --version)
-	help      print a command's usage and flags: writerd help serve
+	help      print a command's usage and flags: writerd help serve, writerd help audit verify
 
 Examples:
 
@@ -122,5 +145,6 @@ Examples:
 	# Check the database of a stopped daemon:
 	writerd check --data /var/lib/writerd
 
-Run 'writerd help <command>' or 'writerd <command> -h' for a command's flags.
+Run 'writerd help <command>' or 'writerd <command> -h' for a command's flags,
+and 'writerd help audit verify' (token new, …) for one of its own commands.
 `

@@ -175,18 +175,20 @@ func lineMatcher(line string) *regexp.Regexp {
 	return regexp.MustCompile(re.String())
 }
 
-// Ensure the shell blocks and transcripts for a daemon run as written:
-// the README's HTTP daemon block starts the daemon (its pid file is what
-// the transcripts signal), docs/PROTOCOL.md's direct API block writes and
-// lists, the README's token and docs/AUDITING.md's audit walkthroughs
-// print what they show (the other writes of
-// the audit walkthrough's log made first, and the daemon stopped where
-// the transcript says so), and the check block passes on what is left.
+// Ensure the shell blocks and transcripts for a daemon run as written, in
+// a home directory of their own and on a port of the test's: the README's
+// HTTP daemon block starts the daemon in ~/writerd-demo and exports the
+// agent's token (its pid file is what the transcripts signal),
+// docs/PROTOCOL.md's direct API block writes and lists with it, the
+// README's token and docs/AUDITING.md's audit walkthroughs print what
+// they show (the other writes of the audit walkthrough's log made first;
+// the walkthrough stops the daemon itself before reading --data, and
+// keeps the auditor's token in a file of its own), and the check block
+// passes on what is left.
 func TestREADME_Transcripts(t *testing.T) {
 	work := t.TempDir()
 	home := filepath.Join(work, "home")
-	data := filepath.Join(home, ".local", "share", "writerd") // the HTTP block's default
-	if err := os.MkdirAll(filepath.Join(home, ".config", "writerd"), 0o700); err != nil {
+	if err := os.MkdirAll(home, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -200,16 +202,19 @@ func TestREADME_Transcripts(t *testing.T) {
 	// The README's daemon, started as its HTTP section says (its token
 	// for the agent), its direct API block, and the other writes of the
 	// audit walkthrough's log.
-	replace := strings.NewReplacer("127.0.0.1:7070", addr, "/var/lib/writerd", data)
-	serveLog := filepath.Join(work, "serve.log")
+	// The blocks run as written but for the port; the daemon's log is
+	// where the HTTP block puts it.
+	replace := strings.NewReplacer("127.0.0.1:7070", addr)
+	serveLog := filepath.Join(home, "writerd-demo", "serve.log")
 	var script strings.Builder
 	fmt.Fprintf(&script, `set -u
 {
 %[3]s
-} >%[2]s 2>&1
-agent=$(grep -ao 'wrd_[A-Za-z0-9_-]*' %[2]s | head -1)
+} >%[5]s 2>&1 || { echo "@@http $?"; cat %[5]s; }
+grep -q '"msg":"listening on %[1]s"' %[5]s && echo "@@http listening"
+agent=$WRITERD_TOKEN
 until curl -sf http://%[1]s/readyz >/dev/null; do sleep 0.1; done
-api_block=$(WRITERD_TOKEN=$agent; { %[4]s
+api_block=$({ %[4]s
 } 2>&1); echo "@@api $?"; echo "$api_block" | grep -q '"name":"alpha"' && echo "@@api alpha"
 api() { curl -s -o /dev/null http://%[1]s/v1/tools/$1 -H "Authorization: Bearer $agent" -H "Idempotency-Key: $2" -d "$3"; }
 api create_project create-alpha-2 '{"name":"alpha"}'
@@ -217,8 +222,7 @@ project=$(curl -s http://%[1]s/v1/tools/list_projects -H "Authorization: Bearer 
 api create_record rec-0000001 '{"project_id":"'$project'","title":"first"}'
 api update_project rename-alpha-1 '{"project_id":"'$project'","expected_revision":1,"name":"beta"}'
 api update_project rename-alpha-2 '{"project_id":"'$project'","expected_revision":1,"name":"gamma"}'
-stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.config/writerd/serve.pid)" 2>/dev/null; do sleep 0.05; done; }
-`, addr, serveLog, replace.Replace(readmeBlock(t, "## The HTTP daemon")), replace.Replace(docBlock(t, protocolFile, "## The direct API")))
+`, addr, serveLog, replace.Replace(readmeBlock(t, "## The HTTP daemon")), replace.Replace(docBlock(t, protocolFile, "## The direct API")), filepath.Join(work, "http-block.out"))
 	var steps []transcriptStep
 	for _, section := range []struct{ file, heading, prefix string }{
 		{readmeFile, "### Tokens", "    "},
@@ -228,9 +232,6 @@ stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.conf
 	}
 	for i, s := range steps {
 		cmd := replace.Replace(s.command)
-		if strings.Contains(cmd, "# the daemon stopped") {
-			script.WriteString("stop\n")
-		}
 		reload := strings.HasPrefix(cmd, "kill -HUP")
 		if reload {
 			fmt.Fprintf(&script, "reloads=$(grep -ac 'tokens file reloaded' %s)\n", serveLog)
@@ -254,7 +255,7 @@ stop() { kill "$(cat ~/.config/writerd/serve.pid)"; while kill -0 "$(cat ~/.conf
 	if err != nil {
 		t.Fatalf("the transcripts' script: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"@@api 0", "@@api alpha", "@@check 0"} {
+	for _, want := range []string{"@@http listening", "@@api 0", "@@api alpha", "@@check 0"} {
 		if !strings.Contains("\n"+out.String(), "\n"+want+"\n") {
 			t.Errorf("the HTTP daemon, direct API or check block: no %q in\n%s", want, out.String())
 		}

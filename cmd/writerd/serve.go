@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,8 +19,10 @@ import (
 	"github.com/writerd/writerd/auth/oauth"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/httpapi"
+	"github.com/writerd/writerd/internal/atomicfile"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/internal/loopback"
+	"github.com/writerd/writerd/internal/pathless"
 	"github.com/writerd/writerd/mcp"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -51,6 +55,7 @@ type ServeCommand struct {
 	cpEvery    uint64
 	cpInterval time.Duration
 	auditPub   bool
+	pidFile    string
 
 	oauthFlags oauthFlags
 	oauth      *oauth.Config // nil without --oauth-issuer
@@ -183,6 +188,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.StringVar(&c.auditKey, "audit-key", "", "the `file` of the key that signs audit checkpoints, created 0600 if missing (default: the log's own in the key directory, "+keyDirDefault+"; with --store, required, the same file on every replica)")
 	fs.Uint64Var(&c.cpEvery, "checkpoint-every", 1000, "sign an audit checkpoint as soon as this many `events` were appended since the last, of the tree of exactly that many more")
 	fs.DurationVar(&c.cpInterval, "checkpoint-interval", time.Minute, "sign an audit checkpoint at least this often while events come, a `duration`")
+	fs.StringVar(&c.pidFile, "pid-file", "", "write the daemon's process id to this `file` once it serves (removed at exit), for kill -HUP \"$(cat FILE)\" when several daemons run")
 	fs.BoolVar(&c.auditPub, "audit-public", false, "serve the audit log's tlog paths (/v1/audit/tlog/: its checkpoint and tiles, read-only) without a token")
 	fs.Var(&c.witnessFlags, "witness", "send each checkpoint to the witness `VKEY@URL` (its verifier key, its base URL); repeatable")
 	fs.IntVar(&c.witnessQuorum, "witness-quorum", 0, "how many of the witnesses must cosign each checkpoint, `N` (default every witness given)")
@@ -246,7 +252,12 @@ func (c *ServeCommand) parse(args []string) error {
 		case c.insecure && !loopback.Host(c.addr):
 			return fs.fail("%s serves without tokens, so only on a loopback address such as %s", fs.label("insecure-no-auth"), defaultAddr)
 		case c.tokensFile == "" && !c.insecure && !c.oauthFlags.on():
-			return fs.fail("the HTTP server needs %s FILE (make one with writerd token new), %s NAME=URL, or %s on a loopback address", fs.label("tokens"), fs.label("oauth-issuer"), fs.label("insecure-no-auth"))
+			hint := ""
+			if _, ok := os.LookupEnv("WRITERD_TOKEN"); ok {
+				// One letter apart: the client's token, the daemon's file.
+				hint = "; WRITERD_TOKEN is set, but it is the token a client presents (writerd audit, backup, bench): the daemon's tokens file is WRITERD_TOKENS, with an S"
+			}
+			return fs.fail("the HTTP server needs %s FILE (make one with writerd token new), %s NAME=URL, or %s on a loopback address%s", fs.label("tokens"), fs.label("oauth-issuer"), fs.label("insecure-no-auth"), hint)
 		}
 	} else if c.oauthFlags.on() {
 		return fs.fail("%s takes access tokens over HTTP, so it needs %s", fs.label("oauth-issuer"), fs.label("addr"))
@@ -257,6 +268,11 @@ func (c *ServeCommand) parse(args []string) error {
 	}
 	if c.tokensFile != "" {
 		if c.tokensFile, err = fs.path("tokens", c.tokensFile); err != nil {
+			return err
+		}
+	}
+	if c.pidFile != "" {
+		if c.pidFile, err = fs.path("pid-file", c.pidFile); err != nil {
 			return err
 		}
 	}
@@ -322,16 +338,27 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("serve: cannot listen on %s: %w", c.addr, errors.Unwrap(err))
 		}
 	}
+	// The pid file, for scripts that signal this daemon among several:
+	// written once the address is held, removed at exit.
+	if c.pidFile != "" {
+		if err := atomicfile.WriteFile(c.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			return fmt.Errorf("serve: cannot write the pid file %s: %w", c.pidFile, pathless.Error(err))
+		}
+		defer removePIDFile(c.pidFile)
+	}
 	d, err := daemon.Open(ctx, cfg)
 	if err != nil && ln != nil {
 		ln.Close()
 	}
 	var keyErr *daemon.KeyError
 	if errors.As(err, &keyErr) {
-		return fmt.Errorf("serve: %w", err)
+		return c.store.namePath(fmt.Errorf("serve: %w", err))
 	}
 	if err != nil {
-		return err
+		return c.store.namePath(err)
 	}
 	var transports []string
 	if c.stdio {
@@ -367,6 +394,14 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 
+	// The line an operator waits for, with the pid to signal (SIGHUP
+	// reloads the tokens).
+	if ln != nil {
+		log.Info("listening on "+ln.Addr().String(), "addr", ln.Addr().String(), "pid", os.Getpid())
+	} else {
+		log.Info("serving stdio", "pid", os.Getpid())
+	}
+
 	var stdioErr error
 	if c.stdio {
 		stdioErr = d.ServeStdio(ctx, c.Stdin, c.Stdout, c.principal)
@@ -400,6 +435,14 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	log.Info("shutdown")
 	return nil
+}
+
+// removePIDFile removes the pid file at exit, if it still names this
+// process (another daemon given the same file may have written it since).
+func removePIDFile(path string) {
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(os.Getpid()) {
+		os.Remove(path)
+	}
 }
 
 func listenAddr(ln net.Listener) string {

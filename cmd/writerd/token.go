@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"github.com/writerd/writerd/auth"
+	"github.com/writerd/writerd/internal/pathless"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -24,6 +27,7 @@ type TokenCommand struct {
 	name       string
 	scopes     pipeline.Scope
 	output     string
+	tokenOut   string // token new -o: the file to write the token to
 }
 
 const tokenUsage = `usage: writerd token new|list|revoke --tokens FILE [flags]
@@ -62,29 +66,33 @@ Examples:
 	# Make a read-only token for a dashboard:
 	writerd token new --tokens ~/.config/writerd/tokens.json --name dashboard --scopes read
 
-	# List the tokens, revoke one, and have the daemon read the file again:
+	# List the tokens, revoke one, and have the daemon read the file again
+	# (the daemon started with --pid-file ~/.config/writerd/serve.pid; its
+	# "listening on" log line names its pid too):
 	export WRITERD_TOKENS=~/.config/writerd/tokens.json
 	writerd token list
 	writerd token revoke --name dashboard
-	kill -HUP "$(pidof writerd)"
+	kill -HUP "$(cat ~/.config/writerd/serve.pid)"
 
 Run 'writerd token new -h' (list, revoke) for one command's flags.
 
 Flags:
 `
 
-const tokenNewUsage = `usage: writerd token new --tokens FILE --name NAME [--scopes read,write]
+const tokenNewUsage = `usage: writerd token new --tokens FILE --name NAME [--scopes read,write] [-o FILE]
 
 Makes a token named NAME with the given scopes, adds its hash to the tokens
-file and prints the token once on stdout; a line on stderr says to store it.
-The file and its directory are made if missing (modes 0600 and 0700). A name
-that the file holds already, in any case, is refused. A running writerd
-serve accepts the token after SIGHUP.
+file and prints the token once on stdout, or with -o FILE writes it to FILE,
+a new file of mode 0600 (its directory, if missing, 0700; an existing FILE
+is refused, before any token is made); a line on stderr says to store it. The tokens file and its directory
+are made if missing (modes 0600 and 0700). A name that the file holds
+already, in any case, is refused. A running writerd serve accepts the token
+after SIGHUP.
 
 Examples:
 
 	# A token for an agent that reads and writes, kept in a file only you can read:
-	(umask 077; writerd token new --tokens ~/.config/writerd/tokens.json --name claude-code > ~/.config/writerd/claude-code.token)
+	writerd token new --tokens ~/.config/writerd/tokens.json --name claude-code -o ~/.config/writerd/claude-code.token
 
 	# A token that may also read the audit log:
 	writerd token new --tokens /etc/writerd/tokens.json --name auditor --scopes read,audit
@@ -120,7 +128,7 @@ A name the file does not hold is an error (exit 1).
 Example:
 
 	writerd token revoke --tokens ~/.config/writerd/tokens.json --name dashboard
-	kill -HUP "$(pidof writerd)"
+	kill -HUP "$(cat ~/.config/writerd/serve.pid)"   # the daemon's --pid-file
 
 Flags:
 `
@@ -130,13 +138,15 @@ Flags:
 var tokenCommands = map[string]struct {
 	usage string
 	name  bool // takes --name
-	new   bool // takes --scopes
-	list  bool // takes -o
+	new   bool // takes --scopes and -o FILE
+	list  bool // takes -o table|json
 }{
 	"new":    {tokenNewUsage, true, true, false},
 	"list":   {tokenListUsage, false, false, true},
 	"revoke": {tokenRevokeUsage, true, false, false},
 }
+
+func (c *TokenCommand) subcommands() []string { return []string{"new", "list", "revoke"} }
 
 // flags returns the flags of writerd token as a whole, for its usage.
 func (c *TokenCommand) flags() *flagSet {
@@ -144,7 +154,7 @@ func (c *TokenCommand) flags() *flagSet {
 	c.define(fs, true, true, true)
 	fs.Lookup("name").Usage += " (new and revoke)"
 	fs.Lookup("scopes").Usage += " (new only)"
-	fs.Lookup("o").Usage += " (list only)"
+	fs.Lookup("o").Usage += " (list only; token new -o takes the file to write the token to)"
 	return fs
 }
 
@@ -158,6 +168,9 @@ func (c *TokenCommand) define(fs *flagSet, name, scopes, output bool) {
 		c.scopes = pipeline.ScopeRead | pipeline.ScopeWrite
 		fs.Var(scopesValue{&c.scopes}, "scopes", "the token's `scopes`, separated by commas: read, write, audit, admin")
 		fs.takes("scopes", "read, write, audit or admin, separated by commas, such as read,write")
+		if !output {
+			fs.StringVar(&c.tokenOut, "o", "", "write the token to this new `file` (mode 0600; its directory, if missing, 0700) instead of stdout")
+		}
 	}
 	if output {
 		outputFlag(fs, &c.output, "table", "json")
@@ -215,7 +228,7 @@ func (c *TokenCommand) Run(_ context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "new":
-		return c.new(path)
+		return c.new(path, expandHome(c.tokenOut), c.tokenOut)
 	case "list":
 		return c.list(path)
 	default:
@@ -223,17 +236,53 @@ func (c *TokenCommand) Run(_ context.Context, args []string) error {
 	}
 }
 
-func (c *TokenCommand) new(path string) error {
+// new makes a token and prints it, or writes it to out if not "" (given
+// as the command line spelled it, for its message): a file
+// made here, mode 0600, before the token is (an existing one is refused,
+// and no token made), and removed if no token could be made.
+func (c *TokenCommand) new(path, out, given string) error {
+	var f *os.File
+	if out != "" {
+		err := os.MkdirAll(filepath.Dir(out), 0o700)
+		if err == nil {
+			f, err = os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		}
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			return fmt.Errorf("-o %s exists already: token new writes a new file, and made no token; choose another file, or remove this one", out)
+		case err != nil:
+			return fmt.Errorf("cannot make the token's file -o %s: %w; no token was made", out, pathless.Error(err))
+		}
+		defer f.Close()
+	}
 	token, err := auth.Create(path, c.name, c.scopes)
+	if err != nil && f != nil {
+		os.Remove(out)
+	}
 	if errors.Is(err, auth.ErrNameTaken) {
 		return fmt.Errorf("a token named %q exists already (names are compared without regard to case); revoke it first, or choose another name", c.name)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(c.Stdout, token)
-	fmt.Fprintf(c.Stderr, "writerd token new: made a token named %q with scopes %s. Store it now: it is shown this once, and the tokens file keeps only its hash. A running writerd serve accepts it after SIGHUP.\n",
-		c.name, auth.FormatScopes(c.scopes))
+	where := "Store it now: it is shown this once, and"
+	if f == nil {
+		fmt.Fprintln(c.Stdout, token)
+	} else {
+		_, err = fmt.Fprintln(f, token)
+		if err == nil {
+			err = f.Sync()
+		}
+		if err == nil {
+			err = f.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("made a token named %q, but cannot write it to -o %s: %w; revoke it (writerd token revoke --name %s) and make another", c.name, out, pathless.Error(err), c.name)
+		}
+		where = fmt.Sprintf("It is in %s (mode 0600), and nowhere else:", given)
+	}
+	fmt.Fprintf(c.Stderr, "writerd token new: made a token named %q with scopes %s. %s the tokens file keeps only its hash. A running writerd serve accepts it after SIGHUP.\n",
+		c.name, auth.FormatScopes(c.scopes), where)
 	return nil
 }
 

@@ -44,7 +44,7 @@ var ErrLocked = errors.New("boltdb: the database is in use by another process")
 // HeldMessage is what a call is told while another process holds the
 // database: a fixed sentence, without a path. A daemon that waits for the
 // file answers with it (UNAVAILABLE, retry same_key).
-const HeldMessage = "The store is in use by another writerd process. Send the call again with the same key in a little while; if this persists, give each client its own --data directory, or share one writerd daemon over HTTP (writerd serve --addr) among them."
+const HeldMessage = "The store is in use by another writerd process. Send the call again with the same key in a little while; if this persists, give each writerd its own --data directory, or send the calls to the writerd that holds the store (one HTTP daemon serves many clients)."
 
 // ErrNoDatabase is returned by OpenReadOnly when the data directory holds
 // no database.
