@@ -86,21 +86,11 @@ func List(r Reader, f Filter, after uint64, limit int) ([]*Event, uint64, error)
 	if err != nil {
 		return nil, 0, err
 	}
-	from, to := after+1, size // the sequence numbers to walk
-	if !f.Since.IsZero() {
-		first, err := firstAtOrAfter(r, size, f.Since)
-		if err != nil {
-			return nil, 0, err
-		}
-		from = max(from, first)
+	from, to, err := Bounds(r, size, f) // the sequence numbers to walk
+	if err != nil {
+		return nil, 0, err
 	}
-	if !f.Until.IsZero() {
-		first, err := firstAtOrAfter(r, size, f.Until)
-		if err != nil {
-			return nil, 0, err
-		}
-		to = min(to, first-1)
-	}
+	from = max(from, after+1)
 	var out []*Event
 	var next uint64
 	var failed error
@@ -127,6 +117,27 @@ func List(r Reader, f Filter, after uint64, limit int) ([]*Event, uint64, error)
 		return nil, 0, err
 	}
 	return out, next, nil
+}
+
+// Bounds returns the sequence numbers, of a log of size events, that
+// f's Since and Until leave to walk: from the first to the last, both
+// included (from > to: none). Event times never decrease along the log,
+// so each bound is a binary search.
+func Bounds(r Reader, size uint64, f Filter) (from, to uint64, err error) {
+	from, to = 1, size
+	if !f.Since.IsZero() {
+		if from, err = firstAtOrAfter(r, size, f.Since); err != nil {
+			return 0, 0, err
+		}
+	}
+	if !f.Until.IsZero() {
+		first, err := firstAtOrAfter(r, size, f.Until)
+		if err != nil {
+			return 0, 0, err
+		}
+		to = first - 1
+	}
+	return from, to, nil
 }
 
 // firstAtOrAfter returns the sequence number of the first event at or

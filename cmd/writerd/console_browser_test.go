@@ -613,7 +613,13 @@ func mustWriteTeamLog(t testing.TB, d *httpDaemon, tok consoleTokens, projects m
 // pages, with the filters in the URL; an event's page shows its proof
 // checked; the activity page draws the three charts from the log; after
 // sign-out the console asks to sign in again and the old cookie is
-// refused. The screenshots of docs/console are taken on the way.
+// refused. On the way: the events list newest first by default and
+// oldest first as the form's option, a#newest-page from a later page, the
+// tool, outcome and code filters offering exactly what the log holds, a
+// refused filter answered 400 with its sentence and the other filters
+// kept, the activity range fitted to the three-week log, and at 390 px
+// no page wider than the screen and no key, id or target broken across
+// lines. The screenshots of docs/console are taken on the way.
 func TestConsole_BrowserAuditorWalkthrough(t *testing.T) {
 	b0 := time.Now()
 	b := MustStartBrowser(t)
@@ -677,6 +683,59 @@ func TestConsole_BrowserAuditorWalkthrough(t *testing.T) {
 	rows, pages := b.allRows()
 	mustSameEvents(t, "no filter", rows, apiEvents(t, d, tok.auditor, nil))
 	t.Logf("the whole log: %d events on %d pages", len(rows), pages)
+	mustNewestFirst(t, "the default order", rows, uint64(len(rows)))
+
+	// The newest events from a later page, by a#newest-page.
+	b.open("/ui/events?limit=5")
+	b.follow("a#next-page")
+	b.follow("a#newest-page")
+	b.mustBeOn("events")
+	if got := seqsOfRows(t, b.rows()); len(got) == 0 || got[0] != uint64(len(rows)) {
+		t.Errorf("a#newest-page from a later page lists %v, want the newest first, from %d", got, len(rows))
+	}
+
+	// Oldest first, as writerd audit list: the form's order.
+	b.setField(`#filters [name="order"]`, "oldest")
+	b.follow(`#filters [type="submit"]`)
+	b.mustBeOn("events")
+	if oldest, _ := b.allRows(); !slices.IsSorted(seqsOfRows(t, oldest)) || len(oldest) != len(rows) || b.location().Query().Get("order") != "oldest" {
+		t.Errorf("order=oldest (%s) lists %v, want every event oldest first", b.location(), seqsOfRows(t, oldest))
+	}
+
+	// The tool, outcome and code filters offer what the log holds.
+	b.open("/ui/events")
+	all := apiEvents(t, d, tok.auditor, nil)
+	held := map[string][]string{}
+	for _, e := range all {
+		held["tool"] = append(held["tool"], e.Tool)
+		held["outcome"] = append(held["outcome"], e.Outcome)
+		if e.Code != "" {
+			held["code"] = append(held["code"], e.Code)
+		}
+	}
+	for name, values := range held {
+		want := slices.Compact(slices.Sorted(slices.Values(values)))
+		got := evalIn[[]string](b, fmt.Sprintf(`[...document.querySelectorAll('#filters select[name=%q] option')].map(o => o.value).filter(v => v)`, name))
+		if slices.Sort(got); !slices.Equal(got, want) {
+			t.Errorf("the %s filter offers %q, want the log's %q", name, got, want)
+		}
+	}
+
+	// A refused filter: 400, the sentence on the page, the others kept.
+	if status := b.openStatus("/ui/events?principal=alice&tool=make_coffee&since=24h"); status != http.StatusBadRequest {
+		t.Errorf("a refused filter answered %d, want 400", status)
+	}
+	b.mustBeOn("events")
+	if got := b.mustText("#filter-error"); !strings.Contains(got, "The filter tool takes a write tool") {
+		t.Errorf("#filter-error reads %q, want the sentence saying what the tool filter takes", got)
+	}
+	for field, want := range map[string]string{"principal": "alice", "since": "24h", "tool": ""} {
+		if got := b.mustFieldValue(fmt.Sprintf(`#filters [name=%q]`, field)); got != want {
+			t.Errorf("after the refusal the form's %s reads %q, want %q", field, got, want)
+		}
+	}
+	b.screenshot("refused")
+
 	// Today's, for the screenshot.
 	b.open("/ui/events?since=24h")
 	b.screenshot("events")
@@ -777,7 +836,37 @@ func TestConsole_BrowserAuditorWalkthrough(t *testing.T) {
 			}
 		}
 	}
+	// Fitted to the log, three weeks old: from its first event, not 30
+	// days.
+	if got := b.mustText(`nav.ranges a[aria-current="page"]`); got != "all" || b.count("#fitted") != 1 {
+		t.Errorf("the activity page's default range is %q, want all, fitted to the log", got)
+	}
+	from, err := time.Parse(time.RFC3339, evalIn[string](b, `document.querySelector("main time").getAttribute("datetime")`))
+	if first := all[0].Time; err != nil || from.After(first) || first.Sub(from) > 24*time.Hour {
+		t.Errorf("the activity page's range is from %v, want at most a bar before the log's first event %v", from, first)
+	}
 	b.screenshot("activity")
+
+	// At 390 pixels wide, a phone: no page wider than the screen, and no
+	// key, id, principal or target broken across lines.
+	b.do("a 390 px viewport", chromedp.EmulateViewport(390, 844))
+	for _, path := range []string{"/ui/", "/ui/events", fmt.Sprintf("/ui/events/%d", conflict[0].Seq), "/ui/activity"} {
+		b.open(path)
+		b.mustFitWidth()
+		b.mustOneLine("td.key", "td.principal", "td.tool", "a.target-link", "dl#members dd", "#checkpoint-root")
+		// A command or a key in a pre keeps its lines, and scrolls.
+		for _, ws := range evalIn[[]string](b, `[...document.querySelectorAll("pre")].map(e => getComputedStyle(e).whiteSpace)`) {
+			if ws != "pre" {
+				t.Errorf("on %s a pre has white-space %q, want pre (its lines as written, scrolled sideways)", path, ws)
+			}
+		}
+	}
+	b.open("/ui/events?limit=12")
+	if got := evalIn[string](b, `getComputedStyle(document.querySelector("td.key")).whiteSpace`); got != "nowrap" {
+		t.Errorf("td.key has white-space %q, want nowrap", got)
+	}
+	b.screenshot("events-390")
+	b.do("a 1280 px viewport", chromedp.EmulateViewport(1280, 900))
 
 	// The cookie works from any client until sign-out...
 	if r := consoleGet(t, d.url+"/ui/events", c.Value); r.status != 200 {
@@ -801,6 +890,63 @@ func TestConsole_BrowserAuditorWalkthrough(t *testing.T) {
 		}
 	}
 	t.Logf("the walkthrough took %v", time.Since(b0))
+}
+
+// mustNewestFirst fails the test unless rows are every event from last
+// down to 1.
+func mustNewestFirst(t testing.TB, what string, rows []eventRow, last uint64) {
+	t.Helper()
+	seqs := seqsOfRows(t, rows)
+	for i, seq := range seqs {
+		if seq != last-uint64(i) {
+			t.Fatalf("%s: the console lists %v, want the newest first, from %d", what, seqs, last)
+		}
+	}
+}
+
+// jsonOf is v as JSON, for a script.
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// openStatus opens a path as open does, and returns the answer's status.
+func (b *consoleBrowser) openStatus(path string) int {
+	b.t.Helper()
+	resp, err := chromedp.RunResponse(b.ctx, chromedp.Navigate(b.base+path))
+	if err != nil || resp == nil {
+		b.t.Fatalf("open %s: %v", path, err)
+	}
+	return int(resp.Status)
+}
+
+// mustFitWidth fails the test if the page is wider than the viewport:
+// what does not fit must scroll in its own box.
+func (b *consoleBrowser) mustFitWidth() {
+	b.t.Helper()
+	if w := evalIn[[]int](b, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
+		b.t.Errorf("the page %s is %d px wide in a viewport of %d", b.location(), w[0], w[1])
+	}
+}
+
+// mustOneLine fails the test if the text of an element a selector finds
+// spans more than one line: a word broken, or wrapped, across lines.
+func (b *consoleBrowser) mustOneLine(sels ...string) {
+	b.t.Helper()
+	broken := evalIn[[]string](b, fmt.Sprintf(`(sels => {
+		const bad = [];
+		for (const sel of sels) for (const e of document.querySelectorAll(sel)) {
+			if (e.querySelector("ul")) continue; // a list of targets: each a.target-link
+			const r = document.createRange();
+			r.selectNodeContents(e);
+			const tops = new Set([...r.getClientRects()].filter(x => x.width > 0).map(x => Math.round(x.top)));
+			if (tops.size > 1) bad.push(sel + ": " + e.textContent.trim().slice(0, 80));
+		}
+		return bad;
+	})(%s)`, jsonOf(sels)))
+	for _, s := range broken {
+		b.t.Errorf("on %s at %d px, broken across lines: %s", b.location(), evalIn[int](b, `window.innerWidth`), s)
+	}
 }
 
 // seqsOfJSONL returns the sequence numbers of the events of an export.

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -71,6 +72,13 @@ type activity struct {
 	ids     [dims]map[string]int // by dimension, the names told apart, and their index
 	names   [dims][]string       // by dimension and index
 	running bool                 // a background count runs
+	// seenOK and seenFailed say whether an event of each outcome was
+	// counted.
+	seenOK, seenFailed bool
+	// The background count's start, and how many events were counted
+	// then: its rate tells when it will be done.
+	started      time.Time
+	startCounted uint64
 }
 
 func newActivity(log auditapi.Local) *activity {
@@ -100,6 +108,17 @@ func (a *activity) id(dim int, v string) int {
 	return i
 }
 
+// held returns the names counted in dimension dim, sorted; Other only
+// if a name of that name was counted before the bound. a.mu is held.
+func (a *activity) held(dim int) []string {
+	names := slices.Clone(a.names[dim])
+	if len(names) > MaxPrincipals {
+		names = slices.DeleteFunc(names, func(n string) bool { return n == Other })
+	}
+	slices.Sort(names)
+	return names
+}
+
 // at returns s's element i, growing s to hold it.
 func at[T any](s *[]T, i int) *T {
 	if i >= len(*s) {
@@ -122,6 +141,9 @@ func (a *activity) add(events []*auditlog.Event) {
 		at(&h.byPrincipal, a.id(dimPrincipal, e.Principal)).add(e)
 		if e.Outcome != auditlog.OK {
 			*at(&h.codes, a.id(dimCode, e.Code)) += 1
+			a.seenFailed = true
+		} else {
+			a.seenOK = true
 		}
 		if a.first.IsZero() || e.Time.Before(a.first) {
 			a.first = e.Time
@@ -170,6 +192,7 @@ func (a *activity) background() {
 		return
 	}
 	a.running = true
+	a.started, a.startCounted = time.Now(), a.counted
 	go func() {
 		defer func() {
 			a.mu.Lock()
@@ -353,22 +376,51 @@ type activityPage struct {
 	base
 	Windows  []string
 	Window   string
+	Fitted   bool // no range was asked for: the page chose it from the log
 	From, To time.Time
 	Charts   []chart
 	Summary  summary
 	Counted  uint64 // events counted so far
 	Size     uint64 // the log's size
 	Counting bool   // the count has not caught up yet
+	Done     string // when the count will be done, as a sentence
 }
 
-// activityPage serves the charts of a window: 24h, 7d, 30d (the
-// default) or all.
+// fittedWindow is the range the Activity page shows when none is asked
+// for: the whole log, in bars from its first event, while it is younger
+// than 30 days (a day-old log is not one bar at the right of 30 days),
+// else the last 30 days.
+func (a *activity) fittedWindow(now time.Time) string {
+	a.mu.Lock()
+	first := a.first
+	a.mu.Unlock()
+	if !first.IsZero() && now.Sub(first) > 30*24*time.Hour {
+		return "30d"
+	}
+	return "all"
+}
+
+// eta says when the background count will be done, at the rate it has
+// counted since it began, and in how many seconds the page should look
+// again: at that time, but at least 1 and at most 10 seconds from now.
+func (a *activity) eta(size uint64, now time.Time) (string, int) {
+	a.mu.Lock()
+	left, counted, elapsed := size-min(size, a.seen), a.counted-a.startCounted, time.Since(a.started)
+	a.mu.Unlock()
+	if counted == 0 || elapsed <= 0 {
+		return "It will be done in a few seconds.", 2
+	}
+	d := time.Duration(float64(elapsed) / float64(counted) * float64(left)).Round(time.Second)
+	at := now.Add(d).UTC().Format("15:04:05")
+	return fmt.Sprintf("At its rate so far it will be done in about %s (at %s UTC); this page reloads itself until then.", max(d, time.Second), at),
+		int(min(max(d, time.Second), 10*time.Second) / time.Second)
+}
+
+// activityPage serves the charts of a window: 24h, 7d, 30d or all; with
+// none asked for, the one fitted to the log (fittedWindow).
 func (c *Console) activityPage(w http.ResponseWriter, r *http.Request, s *session) {
 	name := r.URL.Query().Get("range")
-	if name == "" {
-		name = "30d"
-	}
-	if !slices.Contains(windows, name) {
+	if name != "" && !slices.Contains(windows, name) {
 		c.fail(w, r, s, http.StatusBadRequest, "The parameter range takes 24h, 7d, 30d or all.")
 		return
 	}
@@ -386,14 +438,22 @@ func (c *Console) activityPage(w http.ResponseWriter, r *http.Request, s *sessio
 		c.failRead(w, r, s, err)
 		return
 	}
-	win := a.windowOf(name, c.cfg.Now())
+	now := c.cfg.Now()
+	fitted := name == ""
+	if fitted {
+		name = a.fittedWindow(now)
+	}
+	win := a.windowOf(name, now)
 	sum := a.summarize(win)
 	a.mu.Lock()
 	counted, seen := a.counted, a.seen
 	a.mu.Unlock()
-	p := activityPage{base: base{Page: "activity", Title: "Activity", Principal: s.principal}, Windows: windows, Window: win.Name,
+	p := activityPage{base: base{Page: "activity", Title: "Activity", Principal: s.principal}, Windows: windows, Window: win.Name, Fitted: fitted,
 		From: time.Unix(win.From*3600, 0).UTC(), To: time.Unix((win.From+int64(win.Buckets)*win.BucketHours)*3600, 0).UTC(),
 		Summary: sum, Counted: counted, Size: size, Counting: seen < size}
+	if p.Counting {
+		p.Done, p.Refresh = a.eta(size, now)
+	}
 	p.Charts = []chart{
 		barChart("by-tool", "Writes by tool", win, sum.Tools),
 		barChart("by-principal", "Writes by principal", win, sum.Principals),

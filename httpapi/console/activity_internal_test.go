@@ -197,3 +197,67 @@ func TestSessions_HoldNoToken(t *testing.T) {
 		}
 	}
 }
+
+// Ensure a page shown while the count has not caught up says how far it
+// got, when it will be done and reloads itself (a meta refresh, no
+// script), and that once the count is done the page neither says so nor
+// reloads; and that the estimate is the rate so far.
+func TestActivity_PartialCountSaysWhenAndReloads(t *testing.T) {
+	st, err := boltstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	log := auditapi.Local{Log: pipeline.AuditStorage[handlers.Store](st)}
+	appendSpread(t, st, 0, 300, time.Now())
+	c := New(Config{Log: log, SignIn: func(context.Context, string) (pipeline.Caller, error) {
+		return pipeline.Caller{Principal: "auditor", Scopes: pipeline.ScopeAudit}, nil
+	}})
+	mux := http.NewServeMux()
+	c.Register(mux)
+	r := httptest.NewRequest(http.MethodPost, "/ui/signin", strings.NewReader("token=t"))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, r)
+	cookie := w.Result().Cookies()[0]
+	get := func() string {
+		r := httptest.NewRequest(http.MethodGet, "/ui/activity", nil)
+		r.AddCookie(cookie)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			t.Fatalf("/ui/activity: %d", w.Code)
+		}
+		return w.Body.String()
+	}
+	// Another count holds the log: this page counts nothing itself.
+	c.activity.scan.Lock()
+	body := get()
+	for _, want := range []string{`<meta http-equiv="refresh" content="2">`, `<strong id="counting">Counted 0 of the log's 300 events so far`,
+		`<span id="counting-done">It will be done in a few seconds.</span>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("while counting, no %s:\n%s", want, body)
+		}
+	}
+	c.activity.scan.Unlock()
+	for c.activity.mu.Lock(); c.activity.running; c.activity.mu.Lock() {
+		c.activity.mu.Unlock()
+		time.Sleep(10 * time.Millisecond) // the background count, done
+	}
+	c.activity.mu.Unlock()
+	if body := get(); strings.Contains(body, `http-equiv="refresh"`) || strings.Contains(body, `id="counting"`) {
+		t.Errorf("once counted, the page still says it counts or reloads:\n%s", body)
+	}
+
+	// The estimate: 1000 events counted in 2 s leave 3000 for 6 s more.
+	a := &activity{seen: 1000, counted: 1000, started: time.Now().Add(-2 * time.Second)}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	done, refresh := a.eta(4000, now)
+	if !strings.Contains(done, "in about 6s (at 12:00:06 UTC)") || refresh != 6 {
+		t.Errorf("eta of 3000 events at 500 a second: %q, refresh %d; want about 6s, at 12:00:06, refresh 6", done, refresh)
+	}
+	a = &activity{seen: 10, counted: 10, started: time.Now().Add(-10 * time.Second)}
+	if _, refresh := a.eta(4000, now); refresh != 10 {
+		t.Errorf("a long count reloads every %d s, want at most every 10", refresh)
+	}
+}

@@ -17,7 +17,7 @@ import (
 // Ensure a page that reads its budget of events before it has a page
 // of matches stops there and offers the next page from the last event it
 // read, and that following those pages gives every match once, as the
-// CLI lists them: a filter that matches little answers in pages, not in
+// CLI lists them (or in the reverse order, newest first): a filter that matches little answers in pages, not in
 // one long wait.
 func TestEvents_ScanBudgetPages(t *testing.T) {
 	s := MustServe(t)
@@ -42,27 +42,33 @@ func TestEvents_ScanBudgetPages(t *testing.T) {
 	for _, e := range want {
 		wantSeqs = append(wantSeqs, strconv.FormatUint(e.Seq, 10))
 	}
-	var got []string
-	path, pages, stopped := "/ui/events?principal=rare", 0, 0
-	for path != "" {
-		p := b.Get(path)
-		mustPage(t, p, http.StatusOK, "events")
-		if r := rows(p.Body); len(r) > 2 {
-			t.Fatalf("a page of a budget of 10 events shows %v", r)
+	for _, order := range []string{"newest", "oldest"} {
+		var got []string
+		path, pages, stopped := "/ui/events?principal=rare&order="+order, 0, 0
+		for path != "" {
+			p := b.Get(path)
+			mustPage(t, p, http.StatusOK, "events")
+			if r := rows(p.Body); len(r) > 2 {
+				t.Fatalf("%s first: a page of a budget of 10 events shows %v", order, r)
+			}
+			if strings.Contains(p.Body, "and stopped there") {
+				stopped++
+			}
+			got = append(got, rows(p.Body)...)
+			path = next(p.Body)
+			if pages++; pages > 10 {
+				t.Fatalf("%s first: the pages do not end", order)
+			}
 		}
-		if strings.Contains(p.Body, "and stopped there") {
-			stopped++
+		want := slices.Clone(wantSeqs)
+		if order == "newest" {
+			slices.Reverse(want)
 		}
-		got = append(got, rows(p.Body)...)
-		path = next(p.Body)
-		if pages++; pages > 10 {
-			t.Fatal("the pages do not end")
+		if !slices.Equal(got, want) || len(wantSeqs) != 4 {
+			t.Errorf("%s first: the pages gave %v, want %v", order, got, want)
 		}
-	}
-	if !slices.Equal(got, wantSeqs) || len(wantSeqs) != 4 {
-		t.Errorf("the pages gave %v, want %v", got, wantSeqs)
-	}
-	if stopped < 3 {
-		t.Errorf("%d pages stopped at their budget, want at least 3 of 40 events read 10 at a time", stopped)
+		if stopped < 3 {
+			t.Errorf("%s first: %d pages stopped at their budget, want at least 3 of 40 events read 10 at a time", order, stopped)
+		}
 	}
 }

@@ -219,6 +219,7 @@ type base struct {
 	Page      string // the data-page of <main>
 	Title     string
 	Principal string // the signed-in caller, "" on the sign-in page
+	Refresh   int    // seconds after which the page reloads itself, 0: never
 }
 
 // render writes a page with status.

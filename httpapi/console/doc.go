@@ -6,8 +6,10 @@
 // working without JavaScript: Trust (the latest checkpoint, the daemon's
 // check of its own log, the witnesses, the key to pin and the writerd
 // audit verify command to run offline), Events (the list of writerd audit
-// list with its filters as a form whose URL can be bookmarked, the same
-// cursor, and a JSON Lines export of the selection), Event (every member,
+// list, newest first unless it says oldest, with its filters as a form
+// whose URL can be bookmarked, tool, outcome and code as choices of the
+// values the log holds, a refused filter said on the page with the others
+// kept, the same cursor, and a JSON Lines export of the selection), Event (every member,
 // the inclusion proof checked against the signed checkpoint as writerd
 // audit show checks it) and Activity (writes and failures over time by
 // tool and by principal, and the failure codes, as SVG drawn on the
@@ -46,22 +48,26 @@
 //     event by event, as the audit API's list does; a page reads at most
 //     ScanBudget events (200,000) for at most ScanTime (50 ms) and, if it
 //     found fewer events than a page holds by then, offers to go on from
-//     the last event it read,
-//     with the same cursor: a filter that matches little on a million
+//     the last event it read, with the same cursor (newest first, the log
+//     is read backwards in chunks of up to 4096 events and the bounds are
+//     checked between them): a filter that matches little on a million
 //     events answers in pages, not in one long wait. An event's stored
 //     bytes are searched for the filter's value, as its canonical JSON
 //     writes it, before the event is decoded; an event whose bytes are not
 //     canonical (a damaged log: writerd audit verify names it) may then be
 //     passed over.
 //   - Activity is counted in memory, an hour at a time (UTC), as events
-//     come: the first page after a start counts the log in the background
-//     and says how far it got; then each page counts only the events new
-//     since. At most MaxPrincipals (200) principals, tools and codes each
+//     come: the first page after a start counts the log in the background,
+//     says how far it got and when it will be done, at the rate so far,
+//     and reloads itself (a meta refresh, no script) until then; then each
+//     page counts only the events new since. The same counts give the
+//     Events form its choices of tool, outcome and code. At most MaxPrincipals (200) principals, tools and codes each
 //     are told apart; the rest are counted as "other", and a chart shows
 //     its top six and folds the others. The page's ranges: the last 24
-//     hours in bars of an hour, 7 days in bars of 6 hours, 30 days (the
-//     default) in bars of a day, and all of the log in at most 60 bars of
-//     whole hours. Memory grows with the hours that hold events times the
+//     hours in bars of an hour, 7 days in bars of 6 hours, 30 days in bars
+//     of a day, and all of the log in at most 60 bars of whole hours; with
+//     none chosen, all of a log younger than 30 days (a day-old log is not
+//     one bar at the right of 30 days), else 30 days. Memory grows with the hours that hold events times the
 //     names seen in each (bounded by the caps above), not with the events.
 //
 // Every console answer (pages, redirects, errors, static files) carries a

@@ -76,8 +76,8 @@ func TestEvent_MembersAndProof(t *testing.T) {
 	}
 	// The target's link lists the events that touch it.
 	tl := b.Get("/ui/events?target=01KBBM7T0ZF5S1Y1M4T7N4R4QG")
-	if got := rows(tl.Body); !slices.Equal(got, []string{"4", "5"}) {
-		t.Errorf("the target's events: %v, want 4 and 5", got)
+	if got := rows(tl.Body); !slices.Equal(got, []string{"5", "4"}) {
+		t.Errorf("the target's events: %v, want 5 and 4, newest first", got)
 	}
 }
 

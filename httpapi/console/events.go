@@ -23,25 +23,55 @@ import (
 // list's filters, request_id for its --request-id.
 var filterNames = []string{"since", "until", "tool", "principal", "outcome", "code", "key", "target", "request_id"}
 
+// The Events page's orders: newest first (the default), or oldest first,
+// as writerd audit list prints them.
+const (
+	newestFirst = "newest"
+	oldestFirst = "oldest"
+)
+
 // selection is a request's filters as given (the form shows them back,
 // ages and all, so that a bookmark stays relative) and as read.
 type selection struct {
 	Given  map[string]string
 	Filter auditlog.Filter
-	After  uint64
+	Order  string // newestFirst or oldestFirst
+	After  uint64 // oldest first: the events after this one
+	Before uint64 // newest first: the events before this one
 	Limit  int
+}
+
+// filterError is a refused parameter: the sentence that says why, never
+// repeating the value, and the form's field it is about ("" for none).
+// The page shows the form again with the other filters kept; the field
+// named is marked, and emptied unless keep (a value sound on its own that
+// contradicts another).
+type filterError struct {
+	field   string
+	keep    bool
+	message string
+}
+
+func (e *filterError) Error() string { return e.message }
+
+func refuse(field string, format string, args ...any) *filterError {
+	return &filterError{field: field, message: fmt.Sprintf(format, args...)}
 }
 
 // parseSelection reads the Events page's parameters, refusing what
 // writerd audit list refuses, in a sentence that names the parameter and
-// never repeats its value.
-func (c *Console) parseSelection(q url.Values) (selection, error) {
-	sel := selection{Given: map[string]string{}, Limit: PageSize}
+// never repeats its value; held is what the log holds, whose tools and
+// codes the filters take too (a log may hold a tool the daemon no longer
+// serves).
+func (c *Console) parseSelection(q url.Values, held choices) (selection, *filterError) {
+	sel := selection{Given: map[string]string{}, Limit: PageSize, Order: newestFirst}
 	for _, name := range filterNames {
-		if vs := q[name]; len(vs) > 1 {
-			return sel, fmt.Errorf("The filter %s was given %d times; each filter takes one value.", name, len(vs))
-		}
 		sel.Given[name] = q.Get(name)
+	}
+	for _, name := range append(slices.Clone(filterNames), "order", "after", "before", "limit") {
+		if vs := q[name]; len(vs) > 1 {
+			return sel, refuse(name, "The parameter %s was given %d times; each takes one value.", name, len(vs))
+		}
 	}
 	f := &sel.Filter
 	f.Tool, f.Principal, f.Outcome, f.Code = sel.Given["tool"], sel.Given["principal"], sel.Given["outcome"], sel.Given["code"]
@@ -54,26 +84,26 @@ func (c *Console) parseSelection(q url.Values) (selection, error) {
 		if v := sel.Given[w.name]; v != "" {
 			t, err := auditlog.ParseWhen(v, now)
 			if err != nil {
-				return sel, fmt.Errorf("The filter %s takes a time in RFC 3339, such as 2026-11-30T06:00:00Z, a date such as 2026-11-30, or an age such as 30m, 2h or 7d.", w.name)
+				return sel, refuse(w.name, "The filter %s takes a time in RFC 3339, such as 2026-11-30T06:00:00Z, a date such as 2026-11-30, or an age such as 30m, 2h or 7d.", w.name)
 			}
 			*w.into = t
 		}
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
-		return sel, errors.New("The time since is not before the time until: no event can match.")
+		return sel, &filterError{field: "until", keep: true, message: "The time since is not before the time until: no event can match."}
 	}
 	if f.Outcome != "" && f.Outcome != auditlog.OK && f.Outcome != auditlog.Failed {
-		return sel, errors.New("The filter outcome takes ok or failed.")
+		return sel, refuse("outcome", "The filter outcome takes ok or failed.")
 	}
-	if f.Tool != "" {
+	if f.Tool != "" && !slices.Contains(held.Tools, f.Tool) {
 		write, read := c.tools()
 		switch {
 		case strings.Contains(f.Tool, ","):
-			return sel, errors.New("The filter tool takes one tool, not a list: the filters take one value each.")
+			return sel, refuse("tool", "The filter tool takes one tool, not a list: the filters take one value each.")
 		case slices.Contains(read, f.Tool):
-			return sel, fmt.Errorf("The filter tool names a read tool, and read tools leave no audit event: give a write tool, %s.", orList(write))
+			return sel, refuse("tool", "The filter tool names a read tool, and read tools leave no audit event: give a write tool, %s.", orList(write))
 		case !slices.Contains(write, f.Tool):
-			return sel, fmt.Errorf("The filter tool takes a write tool: %s.", orList(write))
+			return sel, refuse("tool", "The filter tool takes a write tool: %s.", orList(write))
 		}
 	}
 	if f.Code != "" {
@@ -81,28 +111,47 @@ func (c *Console) parseSelection(q url.Values) (selection, error) {
 		for _, code := range pipeline.AuditedCodes() {
 			audited = append(audited, string(code))
 		}
+		known := slices.Contains(audited, f.Code) || slices.Contains(held.Codes, f.Code)
 		switch {
 		case strings.Contains(f.Code, ","):
-			return sel, errors.New("The filter code takes one code, not a list: the filters take one value each.")
-		case slices.Contains(pipeline.Codes(), pipeline.Code(f.Code)) && !slices.Contains(audited, f.Code):
-			return sel, fmt.Errorf("The filter code names a code no audit event carries (a call refused with it writes none): give the code of a failed write, %s.", orList(audited))
-		case !slices.Contains(audited, f.Code):
-			return sel, fmt.Errorf("The filter code takes the code of a failed write: %s.", orList(audited))
+			return sel, refuse("code", "The filter code takes one code, not a list: the filters take one value each.")
+		case !known && slices.Contains(pipeline.Codes(), pipeline.Code(f.Code)):
+			return sel, refuse("code", "The filter code names a code no audit event carries (a call refused with it writes none): give the code of a failed write, %s.", orList(audited))
+		case !known:
+			return sel, refuse("code", "The filter code takes the code of a failed write: %s.", orList(audited))
 		case f.Outcome == auditlog.OK:
-			return sel, errors.New("The filter code selects failed events, and outcome ok selects events without a code: no event can match.")
+			return sel, &filterError{field: "code", keep: true, message: "The filter code selects failed events, and outcome ok selects events without a code: no event can match."}
 		}
 	}
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return sel, errors.New("The parameter after must be the cursor of a previous page: a sequence number.")
+	switch o := q.Get("order"); {
+	case o == oldestFirst || o == "" && q.Get("after") != "":
+		// A cursor after an event, as writerd audit list --after takes
+		// it and as this page's links wrote it before it had an order.
+		sel.Order = oldestFirst
+	case o != "" && o != newestFirst:
+		return sel, refuse("order", "The parameter order takes newest (newest first, the default) or oldest (oldest first, as writerd audit list prints them).")
+	}
+	for _, cur := range []struct {
+		name, order string
+		into        *uint64
+	}{{"after", oldestFirst, &sel.After}, {"before", newestFirst, &sel.Before}} {
+		v := q.Get(cur.name)
+		if v == "" {
+			continue
 		}
-		sel.After = n
+		n, err := strconv.ParseUint(v, 10, 64)
+		switch {
+		case err != nil:
+			return sel, refuse("", "The parameter %s must be the cursor of a previous page: a sequence number.", cur.name)
+		case sel.Order != cur.order:
+			return sel, refuse("", "The parameter %s is the cursor of the events %s first; these are %s first.", cur.name, cur.order, sel.Order)
+		}
+		*cur.into = n
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > auditapi.MaxLimit {
-			return sel, fmt.Errorf("The parameter limit must be a whole number from 1 to %d.", auditapi.MaxLimit)
+			return sel, refuse("", "The parameter limit must be a whole number from 1 to %d.", auditapi.MaxLimit)
 		}
 		sel.Limit = n
 	}
@@ -136,10 +185,10 @@ func orList(names []string) string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// query is the selection as parameters, its times as the times they
-// meant (RFC 3339), for the next page and the export: what a bookmark of
-// those links shows does not move with the clock.
-func (sel selection) query(after uint64) url.Values {
+// filters is the selection's filters as parameters, its times as the
+// times they meant (RFC 3339), for the next page and the export: what a
+// bookmark of those links shows does not move with the clock.
+func (sel selection) filters() url.Values {
 	q := url.Values{}
 	for _, name := range filterNames[2:] {
 		if v := sel.Given[name]; v != "" {
@@ -152,8 +201,22 @@ func (sel selection) query(after uint64) url.Values {
 	if !sel.Filter.Until.IsZero() {
 		q.Set("until", sel.Filter.Until.UTC().Format(time.RFC3339Nano))
 	}
-	if after != 0 {
-		q.Set("after", strconv.FormatUint(after, 10))
+	return q
+}
+
+// query is the selection as parameters, in its order, from cursor (0:
+// its first page).
+func (sel selection) query(cursor uint64) url.Values {
+	q := sel.filters()
+	if sel.Order == oldestFirst {
+		q.Set("order", oldestFirst)
+	}
+	if cursor != 0 {
+		name := "before"
+		if sel.Order == oldestFirst {
+			name = "after"
+		}
+		q.Set(name, strconv.FormatUint(cursor, 10))
 	}
 	if sel.Limit != PageSize {
 		q.Set("limit", strconv.Itoa(sel.Limit))
@@ -179,6 +242,139 @@ func (c *Console) list(ctx context.Context, f auditlog.Filter, after uint64, lim
 		return events, next, false, err
 	}
 	return events, v.last, true, nil
+}
+
+// Bounds of a newest-first walk: it reads the log backwards in chunks,
+// each streamed forwards, growing from the first to the last.
+const (
+	firstChunk = 64
+	lastChunk  = 4096
+)
+
+// listNewest returns up to limit events of f before the sequence number
+// before (0: from the newest), newest first, and the cursor to go on
+// from (the next page's before), 0 at the start of the log. It reads the
+// log backwards a chunk at a time, each chunk by Leaves from its first
+// event, skipping the events whose bytes cannot match (needles); with a
+// budget (0: none) it stops between chunks once it read budget events or
+// ScanTime passed, and then the cursor is the oldest event it read, and
+// scanned reports it. A page reads at least one chunk, so the pages of a
+// long scan always move on.
+func (c *Console) listNewest(ctx context.Context, f auditlog.Filter, before uint64, limit, budget int) (events []*auditlog.Event, next uint64, scanned bool, err error) {
+	want := needles(f)
+	deadline := time.Now().Add(c.cfg.ScanTime)
+	err = c.cfg.Log.Log.View(ctx, func(r auditlog.Reader) error {
+		events, next, scanned = nil, 0, false
+		size, err := r.Size()
+		if err != nil {
+			return err
+		}
+		from, hi, err := auditlog.Bounds(r, size, f)
+		if err != nil {
+			return err
+		}
+		if before > 0 {
+			hi = min(hi, before-1)
+		}
+		read, chunk := 0, uint64(firstChunk)
+		for hi >= from && hi > 0 {
+			if budget > 0 && read > 0 && (read >= budget || time.Now().After(deadline)) {
+				next, scanned = hi+1, true
+				return nil
+			}
+			n := chunk
+			if budget > 0 {
+				n = min(n, uint64(max(1, budget-read)))
+			}
+			lo := max(from, hi-min(hi, n)+1)
+			var found []*auditlog.Event
+			var failed error
+			err := r.Leaves(lo)(func(seq uint64, canonical, _ []byte) bool {
+				if seq > hi {
+					return false
+				}
+				read++
+				for _, needle := range want {
+					if !bytes.Contains(canonical, needle) {
+						return true
+					}
+				}
+				e, err := auditlog.DecodeEvent(canonical)
+				if err != nil {
+					failed = err
+					return false
+				}
+				if f.Match(e) {
+					found = append(found, e)
+				}
+				return true
+			})
+			if err = errors.Join(err, failed); err != nil {
+				return err
+			}
+			for _, e := range slices.Backward(found) {
+				if len(events) == limit {
+					next = events[limit-1].Seq
+					return nil
+				}
+				events = append(events, e)
+			}
+			hi, chunk = lo-1, min(2*chunk, lastChunk)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return events, next, scanned, nil
+}
+
+// choices are the values the log holds that the Events form offers as
+// the tool, outcome and code filters' choices: those the activity counts
+// told apart (at most MaxPrincipals of each), sorted. Partial says the
+// count has not caught up with the log yet; the choices then add what
+// the filters take (the daemon's write tools, the codes of failed
+// writes), so that none the log holds is missing.
+type choices struct {
+	Tools, Outcomes, Codes []string
+	Partial                bool
+}
+
+// choices counts the events new since the last count, for at most
+// syncBudget (the rest in the background), and returns the log's
+// choices.
+func (c *Console) choices(ctx context.Context) (choices, error) {
+	done, err := c.activity.catchUp(ctx, syncBudget)
+	if err != nil {
+		return choices{}, err
+	}
+	if !done {
+		c.activity.background()
+	}
+	a := c.activity
+	a.mu.Lock()
+	ch := choices{Tools: a.held(dimTool), Codes: a.held(dimCode), Partial: !done}
+	if a.seenOK {
+		ch.Outcomes = append(ch.Outcomes, auditlog.OK)
+	}
+	if a.seenFailed {
+		ch.Outcomes = append(ch.Outcomes, auditlog.Failed)
+	}
+	a.mu.Unlock()
+	if ch.Partial {
+		write, _ := c.tools()
+		ch.Tools = union(ch.Tools, write)
+		for _, code := range pipeline.AuditedCodes() {
+			ch.Codes = union(ch.Codes, []string{string(code)})
+		}
+		ch.Outcomes = []string{auditlog.OK, auditlog.Failed}
+	}
+	return ch, nil
+}
+
+// union returns the sorted names of a and b, each once.
+func union(a, b []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(a), b...))))
 }
 
 // needles are the members, in canonical JSON, that an event's stored
@@ -252,13 +448,56 @@ func (r narrowedReader) Leaves(from uint64) auditlog.Stream {
 type eventsPage struct {
 	base
 	Given   map[string]string
+	Order   string
+	Fields  []field // the filters' fields, in the form's order
+	Error   string  // a refused parameter's sentence, "" if none
 	Rows    []eventRow
 	Next    string // the next page's URL, "" on the last
-	Scanned uint64 // the page stopped at its budget after this event
+	Newest  string // the URL of the newest events of the selection
+	Scanned uint64 // the page stopped at its budget at this event
 	Export  string
 	Size    uint64
-	Tools   []string
-	Codes   []string
+	Partial bool // the choices are not yet all the log's
+}
+
+// field is one filter of the form: a text input, or a select of choices.
+type field struct {
+	Name, Label, Value, Placeholder string
+	Invalid                         bool
+	Select                          bool
+	Choices                         []string
+}
+
+// fieldLabels are the filters' labels, and the placeholders of the text
+// ones.
+var fieldLabels = map[string][2]string{
+	"since": {"Since", "2026-11-30T06:00:00Z, 2026-11-30 or 24h"}, "until": {"Until", "RFC 3339, a date or an age"},
+	"tool": {"Tool"}, "principal": {"Principal"}, "outcome": {"Outcome"}, "code": {"Code"},
+	"key": {"Key"}, "target": {"Target"}, "request_id": {"Request id"},
+}
+
+// fields returns the form's fields for the values given, tool, outcome
+// and code as choices of ch (with the value given, if the choices lack
+// it: a tool the daemon serves that the log does not hold yet).
+func fields(given map[string]string, ch choices, invalid string) []field {
+	var out []field
+	for _, name := range filterNames {
+		l := fieldLabels[name]
+		f := field{Name: name, Label: l[0], Placeholder: l[1], Value: given[name], Invalid: name == invalid}
+		switch name {
+		case "tool":
+			f.Select, f.Choices = true, ch.Tools
+		case "outcome":
+			f.Select, f.Choices = true, ch.Outcomes
+		case "code":
+			f.Select, f.Choices = true, ch.Codes
+		}
+		if f.Select && f.Value != "" && !slices.Contains(f.Choices, f.Value) {
+			f.Choices = union(f.Choices, []string{f.Value})
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // eventRow is one event in the table.
@@ -285,21 +524,41 @@ func targetsOf(e *auditlog.Event) []targetLink {
 	return out
 }
 
-// events serves the Events page: a page of the selection.
+// events serves the Events page: a page of the selection, newest first
+// unless it says otherwise. A refused parameter is answered 400 with the
+// form, its other filters kept and the sentence that says what is wrong.
 func (c *Console) events(w http.ResponseWriter, r *http.Request, s *session) {
-	sel, err := c.parseSelection(r.URL.Query())
-	p := eventsPage{base: base{Page: "events", Title: "Events", Principal: s.principal}, Given: sel.Given}
-	p.Tools, _ = c.tools()
-	for _, code := range pipeline.AuditedCodes() {
-		p.Codes = append(p.Codes, string(code))
-	}
+	ch, err := c.choices(r.Context())
 	if err != nil {
-		c.fail(w, r, s, http.StatusBadRequest, err.Error())
+		c.failRead(w, r, s, err)
 		return
 	}
-	events, next, scanned, err := c.list(r.Context(), sel.Filter, sel.After, sel.Limit, c.cfg.ScanBudget)
-	if err == nil {
-		p.Size, err = c.cfg.Log.Size(r.Context())
+	sel, refused := c.parseSelection(r.URL.Query(), ch)
+	p := eventsPage{base: base{Page: "events", Title: "Events", Principal: s.principal}, Given: sel.Given, Order: sel.Order, Partial: ch.Partial}
+	if p.Size, err = c.cfg.Log.Size(r.Context()); err != nil {
+		c.failRead(w, r, s, err)
+		return
+	}
+	if refused != nil {
+		if refused.field == "order" {
+			p.Order = newestFirst
+		} else if !refused.keep {
+			delete(sel.Given, refused.field)
+		}
+		p.Error = refused.message
+		p.Fields = fields(sel.Given, ch, refused.field)
+		p.Newest = "/ui/events"
+		c.render(w, r, http.StatusBadRequest, "events", p)
+		return
+	}
+	p.Fields = fields(sel.Given, ch, "")
+	var events []*auditlog.Event
+	var next uint64
+	var scanned bool
+	if sel.Order == oldestFirst {
+		events, next, scanned, err = c.list(r.Context(), sel.Filter, sel.After, sel.Limit, c.cfg.ScanBudget)
+	} else {
+		events, next, scanned, err = c.listNewest(r.Context(), sel.Filter, sel.Before, sel.Limit, c.cfg.ScanBudget)
 	}
 	if err != nil {
 		c.failRead(w, r, s, err)
@@ -315,7 +574,15 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, s *session) {
 			p.Scanned = next
 		}
 	}
-	p.Export = "/ui/events.jsonl?" + sel.query(sel.After).Encode()
+	p.Newest = "/ui/events"
+	if q := sel.filters(); len(q) > 0 {
+		p.Newest += "?" + q.Encode()
+	}
+	export := sel.filters()
+	if sel.Order == oldestFirst && sel.After != 0 {
+		export.Set("after", strconv.FormatUint(sel.After, 10))
+	}
+	p.Export = "/ui/events.jsonl?" + export.Encode()
 	c.render(w, r, http.StatusOK, "events", p)
 }
 
@@ -327,9 +594,14 @@ const exportChunk = 1000
 // jsonl writes it. It reads exportChunk events a transaction; a failure
 // after the first line can only cut it short.
 func (c *Console) export(w http.ResponseWriter, r *http.Request, s *session) {
-	sel, err := c.parseSelection(r.URL.Query())
+	ch, err := c.choices(r.Context())
 	if err != nil {
-		c.fail(w, r, s, http.StatusBadRequest, err.Error())
+		c.failRead(w, r, s, err)
+		return
+	}
+	sel, refused := c.parseSelection(r.URL.Query(), ch)
+	if refused != nil {
+		c.fail(w, r, s, http.StatusBadRequest, refused.message)
 		return
 	}
 	after, wrote := sel.After, false

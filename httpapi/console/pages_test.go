@@ -74,8 +74,8 @@ func TestPages_StatusAndHeaders(t *testing.T) {
 		{b, "GET", "/ui/", 200, "trust", "", "no-store"},
 		{b, "GET", "/ui/events", 200, "events", "", "no-store"},
 		{b, "GET", "/ui/events?principal=bob&outcome=failed", 200, "events", "", "no-store"},
-		{b, "GET", "/ui/events?since=yesterday", 400, "error", "", "no-store"},
-		{b, "GET", "/ui/events?tool=get_record", 400, "error", "", "no-store"},
+		{b, "GET", "/ui/events?since=yesterday", 400, "events", "", "no-store"},
+		{b, "GET", "/ui/events?tool=get_record", 400, "events", "", "no-store"},
 		{b, "GET", "/ui/events/1", 200, "event", "", "no-store"},
 		{b, "GET", "/ui/events/4", 200, "event", "", "no-store"},
 		{b, "GET", "/ui/events/999", 404, "error", "", "no-store"},
@@ -219,8 +219,15 @@ func TestEvents_FiltersAsTheCLI(t *testing.T) {
 		}
 		p := b.Get("/ui/events?" + tt.query)
 		mustPage(t, p, http.StatusOK, "events")
-		if got := rows(p.Body); !slices.Equal(got, want) {
-			t.Errorf("?%s: rows %v, want %v as the CLI lists them", tt.query, got, want)
+		newest := slices.Clone(want)
+		slices.Reverse(newest)
+		if got := rows(p.Body); !slices.Equal(got, newest) {
+			t.Errorf("?%s: rows %v, want %v, the CLI's newest first", tt.query, got, newest)
+		}
+		oldest := b.Get("/ui/events?order=oldest&" + tt.query)
+		mustPage(t, oldest, http.StatusOK, "events")
+		if got := rows(oldest.Body); !slices.Equal(got, want) {
+			t.Errorf("?order=oldest&%s: rows %v, want %v as the CLI lists them", tt.query, got, want)
 		}
 		if len(want) == 0 && !strings.Contains(p.Body, `<p id="no-events">`) {
 			t.Errorf("?%s: no rows, and no sentence saying so", tt.query)
@@ -232,24 +239,37 @@ func TestEvents_FiltersAsTheCLI(t *testing.T) {
 		}
 	}
 
-	// Pages of two, by the cursor: every event once, in order.
-	var got []string
-	path := "/ui/events?limit=2"
-	for pages := 0; path != ""; pages++ {
-		if pages > int(size) {
-			t.Fatal("the pages do not end")
-		}
-		p := b.Get(path)
-		mustPage(t, p, http.StatusOK, "events")
-		got = append(got, rows(p.Body)...)
-		path = next(p.Body)
-	}
+	// Pages of two, by the cursor: every event once, in order, newest
+	// first by default, oldest first as the option and as a cursor
+	// after an event (writerd audit list --after) says.
 	var want []string
 	for i := uint64(1); i <= size; i++ {
 		want = append(want, strconv.FormatUint(i, 10))
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("pages of two gave %v, want %v", got, want)
+	newest := slices.Clone(want)
+	slices.Reverse(newest)
+	for path, want := range map[string][]string{
+		"/ui/events?limit=2":              newest,
+		"/ui/events?limit=2&order=newest": newest,
+		"/ui/events?limit=2&order=oldest": want,
+		"/ui/events?limit=2&after=0":      want,
+		"/ui/events?limit=2&after=3":      want[3:],
+		"/ui/events?limit=2&before=4":     newest[len(newest)-3:],
+	} {
+		var got []string
+		first := path
+		for pages := 0; path != ""; pages++ {
+			if pages > int(size) {
+				t.Fatal("the pages do not end")
+			}
+			p := b.Get(path)
+			mustPage(t, p, http.StatusOK, "events")
+			got = append(got, rows(p.Body)...)
+			path = next(p.Body)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: pages of two gave %v, want %v", first, got, want)
+		}
 	}
 
 	// Refused as the CLI refuses them, with a sentence that repeats no
@@ -266,11 +286,14 @@ func TestEvents_FiltersAsTheCLI(t *testing.T) {
 		"principal=a&principal=b":           "was given 2 times",
 		"after=x":                           "cursor of a previous page",
 		"limit=0":                           "The parameter limit",
+		"order=sideways":                    "The parameter order takes newest",
+		"order=newest&after=3":              "cursor of the events oldest first",
+		"order=oldest&before=3":             "cursor of the events newest first",
 	} {
 		p := b.Get("/ui/events?" + query)
-		mustPage(t, p, http.StatusBadRequest, "error")
-		if !strings.Contains(p.Body, says) {
-			t.Errorf("?%s: no sentence saying %q:\n%s", query, says, p.Body)
+		mustPage(t, p, http.StatusBadRequest, "events")
+		if m := filterError.FindStringSubmatch(p.Body); m == nil || !strings.Contains(m[1], says) {
+			t.Errorf("?%s: no p#filter-error saying %q:\n%s", query, says, p.Body)
 		}
 		for _, v := range []string{"tomorrow-ish", "make_coffee", "NOT_FOUND_AT_ALL", "maybe"} {
 			if strings.Contains(query, v) && strings.Contains(p.Body, v) {
@@ -279,6 +302,8 @@ func TestEvents_FiltersAsTheCLI(t *testing.T) {
 		}
 	}
 }
+
+var filterError = regexp.MustCompile(`<p id="filter-error" class="error" role="alert">([^<]*)</p>`)
 
 func must[T any](v T, err error) T {
 	if err != nil {
