@@ -116,6 +116,10 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 	ran := 0
 	err := c.inTx(ctx, false, func(t *tx) error {
 		for _, u := range batch {
+			if u.Err = u.Gone(); u.Err != nil {
+				u.Write.outcome = unitFailed // its caller went away: it never runs
+				continue
+			}
 			m := t.savepoint()
 			u.Err = runUnit(u.Write.fn, t)
 			if u.Err == nil {
@@ -187,6 +191,9 @@ func internal(err error) bool {
 // runAlone runs a write in a transaction of its own, where it may wait.
 func (c *committer) runAlone(u *unit) {
 	defer u.Answer()
+	if u.Err = u.Gone(); u.Err != nil {
+		return // its caller went away before it ran again
+	}
 	start := time.Now()
 	var fnErr error
 	err := c.inTx(context.Background(), true, func(t *tx) error {

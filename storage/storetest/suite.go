@@ -31,6 +31,7 @@ var Tests = []Test{
 	{"Collection", "collection deletes expired records only (one expiring exactly now is), at most a limit at a time, says whether more remain, and HasExpired whether a step is due", testCollection},
 	{"ConcurrentSameKeyStorm", "many concurrent identical calls with one key, on one pipeline or two, execute once and all get the first answer", testStorm},
 	{"WriteOutcome", "get_write_outcome answers without running anything: none for a key never sent, running while a call holds it (on a shared store, seen from another process too), completed with the result byte for byte as a replay returns it and the audit id, failed with its code, none at expiry and for another principal; asking writes nothing", testWriteOutcome},
+	{"CancelledCallSpendsNothing", "a call whose caller went away before its write ran (before the key's lock, before the queue, in its batch) is answered UNAVAILABLE with retry same_key and records nothing: no event, no record, and its retry with the same key runs the write once; a write that ran completes whatever its caller does", testCancelled},
 	{"ClaimAcrossProcesses", "a key a write holds on another pipeline (another process) is waited for and replayed, or answered IDEMPOTENCY_KEY_IN_USE; it never runs twice", testClaim},
 	// Group commit (docs/DESIGN.md section 11).
 	{"UpdateRollsBackOnlyItsOwn", "a write given to Update that fails or panics rolls back its own changes only; the writes beside it commit", testUpdateIsolation},
