@@ -126,6 +126,9 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 				u.Err = t.flush("write") // its own statements, not the next write's
 			}
 			contended := t.contended
+			if h := u.Hooks(); !contended && h != nil && h.Contended != nil && h.Contended() {
+				contended, u.Err = true, errContended // as check marks a write that met a lock
+			}
 			if !contended && u.Err == nil {
 				u.Write.outcome = unitRan
 				ran++
@@ -191,8 +194,9 @@ func internal(err error) bool {
 // runAlone runs a write in a transaction of its own, where it may wait.
 func (c *committer) runAlone(u *unit) {
 	defer u.Answer()
-	if u.Err = u.Gone(); u.Err != nil {
-		return // its caller went away before it ran again
+	if err := u.Gone(); err != nil {
+		u.Err = err // its caller went away before it ran again
+		return
 	}
 	start := time.Now()
 	var fnErr error
@@ -206,6 +210,10 @@ func (c *committer) runAlone(u *unit) {
 	case err != nil:
 		u.Err = err
 	default:
+		// Committed: its answer is nil, never the errContended its batch
+		// left it, which the pipeline would take for a failure and answer
+		// from the record the write just committed, as a replay.
+		u.Err = nil
 		c.s.observer.Observe(time.Since(start), 1)
 	}
 }

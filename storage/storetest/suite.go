@@ -36,6 +36,7 @@ var Tests = []Test{
 	// Group commit (docs/DESIGN.md section 11).
 	{"UpdateRollsBackOnlyItsOwn", "a write given to Update that fails or panics rolls back its own changes only; the writes beside it commit", testUpdateIsolation},
 	{"FailuresDoNotDisturbNeighbours", "calls that fail or panic while others commit beside them leave their own one event each, and the others' writes whole", testNeighbours},
+	{"ContendedWriteAnsweredOnce", "a write that met another transaction's lock in its batch and ran again alone is answered as the write it is: ok, not replayed, counted ok and new, never taken for a failed write", testContended},
 	{"ConflictsInArrivalOrder", "writes that conflict are decided as if committed one by one: the first to run wins, the others are refused", testArrivalOrder},
 	// Section 7: the audit log.
 	{"AppendSequenceAndIDs", "appends get dense sequence numbers from 1, within a transaction and across them, and ULIDs of their time that only grow, even when the clock steps back; a rolled back append leaves nothing", testAppend},

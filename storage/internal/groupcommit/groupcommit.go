@@ -43,7 +43,14 @@ type Hooks struct {
 	// comes in its batch, just before it runs (Gone): the writes of the
 	// batch before it have run, and the batch's transaction is open.
 	InBatch func()
+	// Contended, on a backend that runs a write that met another
+	// transaction's lock in its batch again alone (PostgreSQL), is asked
+	// after the write ran in its batch: true takes it as having met one.
+	Contended func() bool
 }
+
+// Hooks returns the test's hooks the unit's context carries, or nil.
+func (u *Unit[W]) Hooks() *Hooks { return hooksOf(u.ctx) }
 
 type hooksKey struct{}
 
