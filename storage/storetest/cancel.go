@@ -1,10 +1,12 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
@@ -61,6 +63,30 @@ func testCancelled(t *testing.T, b Backend) {
 		if rec := e.Record(Caller.Principal, key); n != 1 || len(e.EventsOf(key)) != 1 || rec == nil || rec.State != idempotency.Completed {
 			t.Fatalf("cancelled %s, then retried: %d projects, %d events, record %+v; want the write once", pt.name, n, len(e.EventsOf(key)), rec)
 		}
+	}
+
+	// Cancelled while it waits for its key's lock, which a call of the
+	// same key holds as it runs: answered so, and the key is the running
+	// call's, whose record its retry replays; the handler runs once.
+	args := []byte(testArgs("key-00000300", "held", ""))
+	running := make(chan *pipeline.Result)
+	go func() { running <- e.P.Call(context.Background(), Caller, "test_wait", args) }()
+	<-e.Started
+	waiting, cancelWait := context.WithCancel(context.Background())
+	waited := make(chan *pipeline.Result)
+	go func() { waited <- e.P.Call(waiting, Caller, "test_wait", args) }()
+	time.Sleep(50 * time.Millisecond) // time to reach the lock; cancelled earlier, it is answered alike
+	cancelWait()
+	w := <-waited
+	MustCode(t, w, pipeline.Unavailable, pipeline.RetrySameKey)
+	e.Release <- struct{}{}
+	held := <-running
+	MustOK(t, held)
+	if retry := e.P.Call(context.Background(), Caller, "test_wait", args); !retry.Replayed || !bytes.Equal(retry.Output, held.Output) {
+		t.Fatalf("the retry of the call cancelled at the lock: %s%s, want the replay of the running call", retry.Output, retry.ErrorJSON())
+	}
+	if len(e.Started) != 0 || len(e.EventsOf("key-00000300")) != 1 || w.AuditID != "" {
+		t.Fatalf("the call cancelled at the lock: %d more runs, %d events; want the running call's one", len(e.Started), len(e.EventsOf("key-00000300")))
 	}
 
 	// The probe of issue 26: 200 calls at once whose context ended before
