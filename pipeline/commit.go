@@ -43,8 +43,7 @@ func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, d
 		if errors.Is(err, idempotency.ErrInUse) {
 			return p.inUse(reqID)
 		}
-		return &Result{RequestID: reqID, Outcome: OutcomeError,
-			Err: Wrap(Unavailable, err, "The call was cancelled before it ran; send it again with the same key.")}
+		return &Result{RequestID: reqID, Outcome: OutcomeError, Err: Cancelled(err)}
 	}
 	defer release()
 
@@ -61,7 +60,10 @@ func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, d
 		if rec, err = p.claim(tx, c.Principal, key, digest, op.Now, deadline); rec != nil || err != nil {
 			return err
 		}
-		if out, err = p.dispatch(ctx, t, op, in); err != nil {
+		// The write is the store's now: it completes whatever its caller
+		// does (a handler that honoured the caller's going away would fail
+		// a write that reached its commit, and spend its key).
+		if out, err = p.dispatch(context.WithoutCancel(ctx), t, op, in); err != nil {
 			return err
 		}
 		p.finishEvent(ev, op.Now, op.targets, start, nil)
@@ -75,6 +77,10 @@ func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, d
 		return p.settled(reqID, rec, digest, op.Now)
 	case errors.Is(err, idempotency.ErrInUse):
 		return p.inUse(reqID)
+	case errors.Is(err, ErrCancelled):
+		// Its caller went away before it ran: nothing ran, nothing was
+		// recorded, and the key is unused.
+		return &Result{RequestID: reqID, Outcome: OutcomeError, Err: Public(err)}
 	}
 	p.cfg.Metrics.Idempotency("new")
 	if err != nil {
@@ -173,7 +179,8 @@ func (p *Pipeline[D]) fail(ctx context.Context, ev *auditlog.Event, op *Op[D], s
 		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: e}
 	}
 	var rec *idempotency.Record
-	err := p.update(ctx, func(tx Tx[D]) (err error) {
+	// The write ran: its receipt is saved whatever its caller does.
+	err := p.update(context.WithoutCancel(ctx), func(tx Tx[D]) (err error) {
 		defer recoverInto(&err)
 		op.Now = p.now()
 		if rec, err = p.claim(tx, ev.Principal, ev.IdempotencyKey, ev.Digest, op.Now, deadline); rec != nil || err != nil {

@@ -191,3 +191,20 @@ type envelopeBody struct {
 	Preview   any    `json:"preview,omitempty"`
 	Detail    any    `json:"detail,omitempty"`
 }
+
+// ErrCancelled is in the chain of the error of a write whose caller went
+// away (its context ended) before the write ran: Cancelled makes it.
+var ErrCancelled = errors.New("pipeline: the caller went away before the write ran")
+
+// cancelledMessage is what a call is told whose context ended before its
+// write ran.
+const cancelledMessage = "The call was cancelled before it ran, and nothing of it was recorded; send it again with the same key."
+
+// Cancelled is the answer to a write whose caller went away before it
+// ran (cause is the context's error): UNAVAILABLE with retry same_key,
+// nothing run and nothing recorded, the key unused. The key's lock wait
+// and the store's group commit answer it; a write that has begun to run
+// is never answered it, since it completes whatever its caller does.
+func Cancelled(cause error) *Error {
+	return Wrap(Unavailable, fmt.Errorf("%w: %w", ErrCancelled, cause), cancelledMessage)
+}

@@ -24,8 +24,8 @@ const OutcomeToolName = "get_write_outcome"
 
 // The states of a write's outcome.
 const (
-	WriteNone      = "none"      // no live record and nothing running: the write never arrived, or its key expired
-	WriteRunning   = "running"   // a call with the key is running now
+	WriteNone      = "none"      // no live record and no claim held: it never arrived, its key expired, or it is in flight but not begun on another replica
+	WriteRunning   = "running"   // a call with the key is held by this process, or has begun its write on any process
 	WriteCompleted = "completed" // it ran: result is what a replay returns
 	WriteFailed    = "failed"    // it was refused: code says why
 )
@@ -46,7 +46,7 @@ type WriteOutcomeInput struct {
 
 // WriteOutcome is get_write_outcome's answer.
 type WriteOutcome struct {
-	State string `json:"state" jsonschema:"enum=none,enum=running,enum=completed,enum=failed" jsonschema_description:"none: no write with this key is known (it never arrived, or its key expired), so sending the call is safe and runs it; running: a call with this key is running now, so ask again shortly; completed: it ran, and result is its answer; failed: it was refused, and code says why."`
+	State string `json:"state" jsonschema:"enum=none,enum=running,enum=completed,enum=failed" jsonschema_description:"none: nothing with this key is committed and no claim on it is held (it never arrived, its key expired, or it is still in flight on another replica and has not begun there), so sending the call again with the same key is safe and never runs it twice; running: a call with this key is running now, so ask again shortly; completed: it ran, and result is its answer; failed: it was refused, and code says why."`
 	// Tool is the write's tool, when it completed or failed.
 	Tool string `json:"tool,omitempty" jsonschema_description:"The tool the write called."`
 	// Result is the structured result, byte for byte what a replay of the
@@ -67,7 +67,7 @@ func outcomeTool[D any]() *Tool[D] {
 		Name:  OutcomeToolName,
 		Title: "Get a write's outcome",
 		Description: "Tells what became of a write this caller sent with an idempotency_key, without running anything: " +
-			"none (never arrived, or expired), running, completed (with the result a retry would return) or failed (with its code). " +
+			"none (nothing committed and no claim held: it never arrived, it expired, or it is still in flight; sending it again with the same key is safe and never runs it twice), running, completed (with the result a retry would return) or failed (with its code). " +
 			"Use it when a write's answer was lost, for example after a timeout or a broken connection, before deciding to send it again.",
 		ReadOnly: true,
 		Run: func(ctx context.Context, op *Op[D], in *WriteOutcomeInput) (*WriteOutcome, error) {

@@ -146,6 +146,9 @@ func (c *committer) transact(batch []*unit) (ran int, err error) {
 		if u.Write.fn == nil {
 			continue
 		}
+		if u.Err = u.Gone(); u.Err != nil {
+			continue // its caller went away: it never runs
+		}
 		sp := tx.Savepoint()
 		if u.Err = groupcommit.Run(u.Write.fn, tx); u.Err != nil {
 			if err := tx.RollbackTo(sp); err != nil {

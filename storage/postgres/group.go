@@ -116,12 +116,19 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 	ran := 0
 	err := c.inTx(ctx, false, func(t *tx) error {
 		for _, u := range batch {
+			if u.Err = u.Gone(); u.Err != nil {
+				u.Write.outcome = unitFailed // its caller went away: it never runs
+				continue
+			}
 			m := t.savepoint()
 			u.Err = runUnit(u.Write.fn, t)
 			if u.Err == nil {
 				u.Err = t.flush("write") // its own statements, not the next write's
 			}
 			contended := t.contended
+			if h := u.Hooks(); !contended && h != nil && h.Contended != nil && h.Contended() {
+				contended, u.Err = true, errContended // as check marks a write that met a lock
+			}
 			if !contended && u.Err == nil {
 				u.Write.outcome = unitRan
 				ran++
@@ -187,6 +194,10 @@ func internal(err error) bool {
 // runAlone runs a write in a transaction of its own, where it may wait.
 func (c *committer) runAlone(u *unit) {
 	defer u.Answer()
+	if err := u.Gone(); err != nil {
+		u.Err = err // its caller went away before it ran again
+		return
+	}
 	start := time.Now()
 	var fnErr error
 	err := c.inTx(context.Background(), true, func(t *tx) error {
@@ -199,6 +210,10 @@ func (c *committer) runAlone(u *unit) {
 	case err != nil:
 		u.Err = err
 	default:
+		// Committed: its answer is nil, never the errContended its batch
+		// left it, which the pipeline would take for a failure and answer
+		// from the record the write just committed, as a replay.
+		u.Err = nil
 		c.s.observer.Observe(time.Since(start), 1)
 	}
 }

@@ -105,11 +105,31 @@ func (e *Env) Pipeline() *pipeline.Pipeline[handlers.Store] {
 	return p
 }
 
+// Replica opens a second store on the env's data, and a pipeline on it,
+// closed when the test ends: another replica sharing the data, with a
+// group commit of its own. It returns nil for a backend whose data one
+// store holds at a time (bbolt locks its file).
+func (e *Env) Replica() *pipeline.Pipeline[handlers.Store] {
+	e.T.Helper()
+	s, err := e.open()
+	if err != nil {
+		return nil
+	}
+	e.T.Cleanup(func() { s.Close() })
+	p, _ := e.pipelineOn(s)
+	return p
+}
+
 func (e *Env) pipeline() (*pipeline.Pipeline[handlers.Store], *prometheus.Registry) {
+	e.T.Helper()
+	return e.pipelineOn(e.Store)
+}
+
+func (e *Env) pipelineOn(s Store) (*pipeline.Pipeline[handlers.Store], *prometheus.Registry) {
 	e.T.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := pipeline.Config[handlers.Store]{
-		Storage: e.Store,
+		Storage: s,
 		KeyWait: 2 * time.Second,
 		Metrics: metrics.New(reg),
 		Now:     e.Now,

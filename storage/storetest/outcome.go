@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/storage/internal/groupcommit"
 )
 
 // outcomeOf calls get_write_outcome for key on p as c.
@@ -99,5 +101,50 @@ func testWriteOutcome(t *testing.T, b Backend) {
 	// A key of another form is refused, as idempotency_key would be.
 	if r := e.Call(Caller, pipeline.OutcomeToolName, `{"key":"short"}`); r.Err == nil || r.Err.Code != pipeline.InvalidInput || r.Err.Retry != pipeline.RetryNever {
 		t.Fatalf("a short key: %s%s, want INVALID_INPUT, never", r.Output, r.ErrorJSON())
+	}
+}
+
+// testOutcomeQueued holds a call queued in its replica's batch, before it
+// runs (groupcommit.Hooks.InBatch), where it holds no claim in the store:
+// its own process answers running (its key lock), another replica none,
+// and the call resent there with the same key runs once, the held one
+// then answered from its record.
+func testOutcomeQueued(t *testing.T, b Backend) {
+	e := New(t, b, Options{})
+	args := []byte(testArgs("key-00000001", "alpha", ""))
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	ctx := groupcommit.WithHooks(context.Background(), &groupcommit.Hooks{InBatch: func() {
+		once.Do(func() { close(entered); <-release })
+	}})
+	held := make(chan *pipeline.Result)
+	go func() { held <- e.P.Call(ctx, Caller, "create_project", args) }()
+	<-entered
+	if o, raw := outcomeOf(t, e.P, Caller, "key-00000001"); o.State != pipeline.WriteRunning {
+		t.Fatalf("a call queued in this process: %s, want running", raw)
+	}
+	other := e.Replica()
+	if other == nil {
+		t.Log("the backend's data is one store's at a time: no other replica to ask")
+		close(release)
+		MustOK(t, <-held)
+		return
+	}
+	if o, raw := outcomeOf(t, other, Caller, "key-00000001"); o.State != pipeline.WriteNone || o.Result != nil {
+		t.Fatalf("a call queued on another replica: %s, want none (nothing committed, no claim held)", raw)
+	}
+	// none: resending the call with the same key is safe, and never runs
+	// it twice.
+	resent := other.Call(context.Background(), Caller, "create_project", args)
+	MustOK(t, resent)
+	close(release)
+	first := <-held
+	MustOK(t, first)
+	if resent.Replayed || !first.Replayed || !bytes.Equal(first.Output, resent.Output) || first.AuditID != resent.AuditID {
+		t.Fatalf("the resent call replayed %v, the held one %v (%s, %s); want the resent run once and the held answered from its record",
+			resent.Replayed, first.Replayed, resent.Output, first.Output)
+	}
+	if n, m := len(e.Projects()), len(e.EventsOf("key-00000001")); n != 1 || m != 1 {
+		t.Fatalf("%d projects, %d events, want one write", n, m)
 	}
 }

@@ -31,10 +31,13 @@ var Tests = []Test{
 	{"Collection", "collection deletes expired records only (one expiring exactly now is), at most a limit at a time, says whether more remain, and HasExpired whether a step is due", testCollection},
 	{"ConcurrentSameKeyStorm", "many concurrent identical calls with one key, on one pipeline or two, execute once and all get the first answer", testStorm},
 	{"WriteOutcome", "get_write_outcome answers without running anything: none for a key never sent, running while a call holds it (on a shared store, seen from another process too), completed with the result byte for byte as a replay returns it and the audit id, failed with its code, none at expiry and for another principal; asking writes nothing", testWriteOutcome},
+	{"CancelledCallSpendsNothing", "a call whose caller went away before its write ran (before the key's lock, waiting for it, before the queue, in its batch) is answered UNAVAILABLE with retry same_key and records nothing: no event, no record, and its retry with the same key runs the write once; a write that ran completes whatever its caller does", testCancelled},
+	{"OutcomeOfAQueuedCall", "a call queued in its replica's batch holds no claim in the store: get_write_outcome answers running in its own process and none on another replica, where resending it with the same key runs it once, the queued call then answered from its record", testOutcomeQueued},
 	{"ClaimAcrossProcesses", "a key a write holds on another pipeline (another process) is waited for and replayed, or answered IDEMPOTENCY_KEY_IN_USE; it never runs twice", testClaim},
 	// Group commit (docs/DESIGN.md section 11).
 	{"UpdateRollsBackOnlyItsOwn", "a write given to Update that fails or panics rolls back its own changes only; the writes beside it commit", testUpdateIsolation},
 	{"FailuresDoNotDisturbNeighbours", "calls that fail or panic while others commit beside them leave their own one event each, and the others' writes whole", testNeighbours},
+	{"ContendedWriteAnsweredOnce", "a write that met another transaction's lock in its batch and ran again alone is answered as the write it is: ok, not replayed, counted ok and new, never taken for a failed write", testContended},
 	{"ConflictsInArrivalOrder", "writes that conflict are decided as if committed one by one: the first to run wins, the others are refused", testArrivalOrder},
 	// Section 7: the audit log.
 	{"AppendSequenceAndIDs", "appends get dense sequence numbers from 1, within a transaction and across them, and ULIDs of their time that only grow, even when the clock steps back; a rolled back append leaves nothing", testAppend},

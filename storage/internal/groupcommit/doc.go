@@ -35,9 +35,16 @@
 // and those Commit returned for the next batch, are answered with the
 // closed error given to Start, and so is every write submitted after it.
 //
+// A write whose caller went away (its context ended) before it ran is
+// answered pipeline.Cancelled and never runs: Submit answers so a write
+// whose context ended before it was queued, and the backend's commit one
+// whose context ended before its turn in its batch came (Unit.Gone). A
+// write that began to run completes whatever its caller does: the write
+// is the store's from then on. Hooks, carried by a write's context, let a
+// test end it at each of these points.
+//
 // Caveats: a write once queued is answered whatever its caller's context
-// does, since it may be committed meanwhile; only a write that cannot
-// enter the queue gives up with ctx.Err(). Commit runs on the loop's one
+// does, since it may be committed meanwhile. Commit runs on the loop's one
 // goroutine: a commit that blocks holds every write behind it. Once Stop
 // is called the loop may still take one more batch from the queue before
 // it sees the stop (it prefers neither). The package is for storage/'s

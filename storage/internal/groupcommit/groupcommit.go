@@ -14,7 +14,55 @@ type Unit[W any] struct {
 	// Err is the unit's answer, which the backend's commit may set as the
 	// batch runs and Answer then gives to the caller.
 	Err  error
+	ctx  context.Context // the caller's
 	done chan struct{}
+}
+
+// Gone returns pipeline.Cancelled if the unit's caller went away (its
+// context ended) before its write ran, and nil otherwise: the backend's
+// commit asks it just before it runs the unit's write, and answers a gone
+// unit with it, running nothing. Once the write runs it completes,
+// whatever its caller does.
+func (u *Unit[W]) Gone() error {
+	if h := hooksOf(u.ctx); h != nil && h.InBatch != nil {
+		h.InBatch()
+	}
+	if err := u.ctx.Err(); err != nil {
+		return pipeline.Cancelled(err)
+	}
+	return nil
+}
+
+// Hooks, carried by a write's context (WithHooks), are a test's: each is
+// called, if set, as the write reaches its point.
+type Hooks struct {
+	// BeforeQueue is called on the caller's goroutine as Submit begins,
+	// before the write is queued.
+	BeforeQueue func()
+	// InBatch is called on the loop's goroutine when the write's turn
+	// comes in its batch, just before it runs (Gone): the writes of the
+	// batch before it have run, and the batch's transaction is open.
+	InBatch func()
+	// Contended, on a backend that runs a write that met another
+	// transaction's lock in its batch again alone (PostgreSQL), is asked
+	// after the write ran in its batch: true takes it as having met one.
+	Contended func() bool
+}
+
+// Hooks returns the test's hooks the unit's context carries, or nil.
+func (u *Unit[W]) Hooks() *Hooks { return hooksOf(u.ctx) }
+
+type hooksKey struct{}
+
+// WithHooks returns ctx carrying h, for a test: the writes submitted with
+// it call h's hooks.
+func WithHooks(ctx context.Context, h *Hooks) context.Context {
+	return context.WithValue(ctx, hooksKey{}, h)
+}
+
+func hooksOf(ctx context.Context) *Hooks {
+	h, _ := ctx.Value(hooksKey{}).(*Hooks)
+	return h
 }
 
 // Answer wakes the unit's caller with Err. It is called once, by the
@@ -61,10 +109,19 @@ func Start[W any](bound int, closed error, commit Commit[W]) *Committer[W] {
 }
 
 // Submit queues w and waits for its answer: the Err its unit is answered
-// with. It returns ctx.Err() if ctx ends before w is queued, and the
-// closed error if the loop has stopped, or stops before taking it.
+// with. It returns pipeline.Cancelled if ctx ends before w is queued (the
+// backend's commit answers it so if ctx ends before w runs: Gone), and
+// the closed error if the loop has stopped, or stops before taking it.
 func (c *Committer[W]) Submit(ctx context.Context, w W) error {
-	u := &Unit[W]{Write: w, done: make(chan struct{})}
+	u := &Unit[W]{Write: w, ctx: ctx, done: make(chan struct{})}
+	if h := hooksOf(ctx); h != nil && h.BeforeQueue != nil {
+		h.BeforeQueue()
+	}
+	// A caller already gone is answered so, whatever select would pick
+	// between a free slot and its ended context.
+	if err := ctx.Err(); err != nil {
+		return pipeline.Cancelled(err)
+	}
 	select {
 	case <-c.quit:
 		return c.closed
@@ -75,7 +132,7 @@ func (c *Committer[W]) Submit(ctx context.Context, w W) error {
 	case <-c.quit:
 		return c.closed
 	case <-ctx.Done():
-		return ctx.Err()
+		return pipeline.Cancelled(ctx.Err())
 	}
 	// Once queued, the write is answered whatever happens: it may be
 	// committed even if ctx ends meanwhile. If the loop stopped before
