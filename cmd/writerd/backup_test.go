@@ -573,7 +573,8 @@ func TestBackup_ReadmeBlock(t *testing.T) {
 		serveLog, _ := os.ReadFile(filepath.Join(work, "etc", "serve.log"))
 		t.Fatalf("the block failed: %v\nstdout:\n%s\nstderr:\n%s\nserve.log:\n%s", err, stdout.String(), stderr.String(), serveLog)
 	}
-	for _, want := range []string{"writerd backup: wrote ", "writerd check: no problems", "verified 1 event ", `"name":"kept"`} {
+	for _, want := range []string{"writerd backup: wrote ", "writerd check: no problems", "verified 1 event ", `"name":"kept"`,
+		"writerd restore: put ", "Event 2, and any after it, was signed after the backup and is lost from this log"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}

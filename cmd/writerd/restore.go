@@ -280,11 +280,14 @@ func (c *RestoreCommand) record(p restorePlan, events uint64, stamp string) erro
 		return fmt.Errorf("set aside %s, but its directory cannot be synced: %w", shell.Quote(p.state), pathless.Error(err))
 	}
 	lost := fmt.Sprintf("Events %d to %d, and any after them, were signed after the backup and are lost from this log", events+1, p.signed.Size)
+	if events+1 == p.signed.Size {
+		lost = fmt.Sprintf("Event %d, and any after it, was signed after the backup and is lost from this log", events+1)
+	}
 	if p.lacks.Size >= p.signed.Size {
 		lost = fmt.Sprintf("The backup's log is not the one that checkpoint signed (%s): the events that checkpoint signed past the point where they part are lost from this log", p.lacks.Problem.Detail)
 	}
 	fmt.Fprintf(c.Stdout, `The last checkpoint writerd signed for this log is of %s, which the backup (%s) does not extend. Its record is set aside as %s, for this log alone (the records of other logs beside it are untouched), so that the daemon starts on the backup. What that means:
-  - %s, with the writes they record; an idempotency key first used by one of them is new again, so a retry of such a call runs again.
+  - %s: the writes they record are undone, and an idempotency key first used by one of them is new again, so a retry of such a call runs again.
   - Auditors and witnesses holding that checkpoint, or any other over more than %s, will see the restored log as a fork of it once it grows past event %d: writerd audit verify --against that checkpoint reports it as not an extension, and a witness refuses to cosign the restored log's checkpoints.
   - The record set aside says how far the log had gone: keep it.
 `, count(int(p.signed.Size), "event"), count(int(events), "event"), shell.Quote(aside), lost, count(int(events), "event"), events)
