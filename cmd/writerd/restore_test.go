@@ -157,3 +157,51 @@ func TestRestore_OneOfThreeDataDirectories(t *testing.T) {
 		mustCheck(t, s)
 	}
 }
+
+// Ensure writerd restore changes nothing when it refuses: a backup of
+// another log than the data directory holds, and a file that is no whole
+// database; and that a backup that extends the record keeps it.
+func TestRestore_Refusals(t *testing.T) {
+	a, b := testStore{Dir: t.TempDir()}, testStore{Dir: t.TempDir()}
+	mustStdioWrites(t, a, "refuse-a-0001")
+	mustStdioWrites(t, b, "refuse-b-0001")
+	backupB := filepath.Join(t.TempDir(), "writerd.db")
+	mustRunOK(t, runConfig{env: b.env(t)}, "backup", "--data", b.Dir, "-o", backupB)
+	keys := a.keyDir(t)
+	before := map[string]string{}
+	for _, n := range names(t, keys) {
+		before[n] = mustReadFile(t, filepath.Join(keys, n))
+	}
+	db := mustReadFile(t, daemon.StoreFile(a.Dir))
+	junk := filepath.Join(t.TempDir(), "junk.db")
+	if err := os.WriteFile(junk, []byte(strings.Repeat("not a database ", 1000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ from, says string }{
+		{backupB, "but the data directory holds the log"},
+		{junk, "is not a whole writerd database ("},
+	} {
+		r := mustRunWith(t, runConfig{env: a.env(t)}, "restore", "--data", a.Dir, "--from", tc.from)
+		mustNotFault(t, r.stderr)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.says) || !strings.Contains(r.stderr, "nothing was changed") {
+			t.Errorf("restore --from %s: exit %d, want 1 and %q\n%s%s", filepath.Base(tc.from), r.code, tc.says, r.stdout, r.stderr)
+		}
+		if got := names(t, a.Dir); len(got) != 1 || mustReadFile(t, daemon.StoreFile(a.Dir)) != db {
+			t.Errorf("a refused restore changed the data directory: %v", got)
+		}
+		for n, want := range before {
+			if mustReadFile(t, filepath.Join(keys, n)) != want {
+				t.Errorf("a refused restore changed %s", n)
+			}
+		}
+	}
+	// A backup taken after the last checkpoint holds it: the record stays.
+	r := mustRunWith(t, runConfig{env: b.env(t)}, "restore", "--data", b.Dir, "--from", backupB)
+	if r.code != 0 || !strings.Contains(r.stdout, "so nothing signed is lost") {
+		t.Errorf("restore of a backup that holds the last checkpoint: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	mustCheck(t, b)
+	if h := mustRun(t, "help", "restore"); h.code != 0 || !strings.HasPrefix(h.stdout, "usage: writerd restore --from FILE") {
+		t.Errorf("help restore: exit %d\n%s", h.code, h.stdout)
+	}
+}
