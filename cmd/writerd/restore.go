@@ -159,7 +159,7 @@ func (c *RestoreCommand) Run(ctx context.Context, args []string) error {
 	case err != nil:
 		return fmt.Errorf("%s cannot be checked (%v), so nothing was changed", name, pathless.Error(err))
 	}
-	plan, err := c.checkLog(ctx, stage, data, oldOrigin)
+	plan, err := c.checkLog(ctx, stage, data, oldOrigin, info.Events)
 	if err != nil {
 		return err
 	}
@@ -212,7 +212,7 @@ type restorePlan struct {
 // with the log's key and against the record of the last checkpoint signed
 // for it; a log of another origin than the database it replaces, a key
 // not found, or a log that fails its check is refused.
-func (c *RestoreCommand) checkLog(ctx context.Context, stage, data, oldOrigin string) (restorePlan, error) {
+func (c *RestoreCommand) checkLog(ctx context.Context, stage, data, oldOrigin string, events uint64) (restorePlan, error) {
 	s, err := daemon.OpenReadOnly(daemon.StoreConfig{Data: stage})
 	if err != nil {
 		return restorePlan{}, fmt.Errorf("the backup cannot be opened (%v), so nothing was changed", err)
@@ -225,6 +225,9 @@ func (c *RestoreCommand) checkLog(ctx context.Context, stage, data, oldOrigin st
 	p := restorePlan{origin: origin}
 	if oldOrigin != "" && origin != oldOrigin {
 		return p, fmt.Errorf("the backup holds the log %s, but the data directory holds the log %s: restore a backup into the data directory of its own log, or move that database away first (nothing was changed)", origin, oldOrigin)
+	}
+	if origin == "" && events == 0 && c.auditKey == "" {
+		return p, nil // an empty log not yet named: no key, no record
 	}
 	keyFile := c.auditKey
 	if keyFile != "" {
