@@ -63,18 +63,32 @@ var emptyRoot = tlog.Hash(sha256.Sum256(nil))
 // DamageError is a log that fails its self-check. Problem is the first
 // problem, in the words writerd audit verify uses; Signed, if not 0, is the
 // size of the checkpoint the checkpointer last signed, when the log does
-// not extend it.
+// not extend it, and Size the log's size then.
 type DamageError struct {
 	Problem Problem
 	Signed  uint64
+	Size    uint64
 }
 
-// Error is one sentence naming the first bad event.
+// Forked reports whether the log does not extend the checkpoint last
+// signed for its origin (Signed is set): a log rolled back, rewritten, or
+// one of two copies of a log served under one key.
+func (e *DamageError) Forked() bool { return e.Signed > 0 }
+
+// Error is one sentence naming the first bad event. A log that does not
+// extend the checkpoint last signed for its origin says what it may be:
+// the record of that checkpoint is one per origin (per key), so a copy of
+// a store served beside its original, under the same key, advances it,
+// and the original is then behind it.
 func (e *DamageError) Error() string {
 	p := e.Problem
 	detail := lowerFirst(strings.TrimSuffix(p.Detail, "."))
 	if e.Signed > 0 {
-		return fmt.Sprintf("the audit log is not an extension of the checkpoint writerd last signed (size %d): %s", e.Signed, detail)
+		s := fmt.Sprintf("the audit log is not an extension of the checkpoint writerd last signed (size %d): %s; ", e.Signed, detail)
+		if e.Size < e.Signed {
+			return s + "this store's log is behind the checkpoint signed last for its origin: it is a fork of one log under one key (a backup or copy served beside its original, which signed past it?), a backup put in place without writerd restore, or a log cut short"
+		}
+		return s + "this store's log is not the one that checkpoint signed: it was edited or rewritten, or it is a fork of one log under one key (a backup or copy served beside its original?)"
 	}
 	where := fmt.Sprintf("event %d", p.Seq)
 	if p.Last != 0 {
@@ -193,11 +207,15 @@ func explain(r Reader, key note.Verifier, remembered []byte, fallback *Problem, 
 	if err != nil {
 		return nil, err
 	}
+	size, err := r.Size()
+	if err != nil {
+		return nil, err
+	}
 	if v.OK() {
-		return &DamageError{Problem: *fallback, Signed: signed}, nil
+		return &DamageError{Problem: *fallback, Signed: signed, Size: size}, nil
 	}
 	p := first(v)
-	d := &DamageError{Problem: *p, Signed: signed}
+	d := &DamageError{Problem: *p, Signed: signed, Size: size}
 	if p.Kind == ProblemNotExtension && remembered != nil {
 		if c, err := ParseSigned(remembered); err == nil {
 			d.Signed = c.Size

@@ -290,6 +290,9 @@ func TestStart_RefusesALogThatDoesNotExtendTheRememberedCheckpoint(t *testing.T)
 	if d.Signed != 8 || !strings.HasPrefix(d.Error(), "the audit log is not an extension of the checkpoint writerd last signed (size 8): ") {
 		t.Errorf("the sentence: %q (signed %d)", d.Error(), d.Signed)
 	}
+	if !d.Forked() || d.Size != 8 || !strings.HasSuffix(d.Error(), "; this store's log is not the one that checkpoint signed: it was edited or rewritten, or it is a fork of one log under one key (a backup or copy served beside its original?)") {
+		t.Errorf("the rewrite is not named a fork: %q (size %d)", d.Error(), d.Size)
+	}
 	if _, err := cp.Sign(context.Background()); err == nil {
 		t.Error("Sign over the rewrite succeeded")
 	}
@@ -306,6 +309,28 @@ func TestStart_RefusesALogThatDoesNotExtendTheRememberedCheckpoint(t *testing.T)
 	d = mustDamage(t, l.checkpointer().Start(context.Background()), 7, auditlog.ProblemMissing)
 	if d.Signed != 8 || !strings.Contains(d.Error(), "events 7 to 8 are missing") {
 		t.Errorf("the sentence of the cut log: %q", d.Error())
+	}
+}
+
+// Ensure a log behind the checkpoint remembered for its origin, as the
+// original of a copy that was served and signed past it is (a log of the
+// same key, shorter), is named a fork of one log under one key at Start.
+func TestStart_NamesALogBehindItsRecordAFork(t *testing.T) {
+	served := newTestLog(t)
+	served.append(5)
+	mustSign(t, served.checkpointer()) // the copy signs 5
+	orig := newTestLog(t)
+	orig.key = served.key
+	orig.append(3)
+	cp := orig.checkpointer()
+	cp.State = served.state // one record per origin: the copy's
+	err := cp.Start(context.Background())
+	var d *auditlog.DamageError
+	if !errors.As(err, &d) || !d.Forked() || d.Signed != 5 || d.Size != 3 {
+		t.Fatalf("Start = %v, want a fork of the record of 5 over a log of 3", err)
+	}
+	if want := "; this store's log is behind the checkpoint signed last for its origin: it is a fork of one log under one key (a backup or copy served beside its original, which signed past it?), a backup put in place without writerd restore, or a log cut short"; !strings.HasSuffix(d.Error(), want) {
+		t.Errorf("the sentence: %q", d.Error())
 	}
 }
 

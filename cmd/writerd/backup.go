@@ -56,10 +56,11 @@ writerd check, the audit commands and writerd serve take that directory
 with --data (check it with --audit-key and the log's verifier key, or
 check holds it to the checkpoint the daemon signed last, after the
 backup). The audit log's signing key is not in it: it stays in the key
-directory. To restore: stop the daemon, put FILE in place as
-<data>/writerd.db, move aside the record of the last checkpoint the
-daemon signed (<key>.last-checkpoint, beside the key), which the restored
-log ends before, and start the daemon (README.md, "Backing up").
+directory. To restore: stop the daemon, run writerd restore --data DIR
+--from FILE, which puts FILE in place as <data>/writerd.db and sets aside
+the record of the last checkpoint signed for that log alone
+(<key>.last-checkpoint, beside the key) if FILE lacks it, and start the
+daemon (README.md, "Backing up").
 
 A PostgreSQL store (--store) is backed up with PostgreSQL's own tools
 (pg_dump, or a base backup with WAL archiving), not with writerd backup.

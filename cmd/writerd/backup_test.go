@@ -125,8 +125,7 @@ func mustHoldOnly(t testing.TB, dir string, names ...string) {
 // directory holding it, and its log verifies against the live daemon's
 // checkpoints (each one it signed up to the backup's size, and the one an
 // auditor saved just before), while the live log extends the backup's;
-// and a restore (stop, the file in place as <data>/writerd.db, the record
-// of the last checkpoint moved aside, start) serves the restored data.
+// and a restore (stop, writerd restore, start) serves the restored data.
 func TestBackup_UnderLoad(t *testing.T) {
 	ts := boltStores.make(t)
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
@@ -271,17 +270,19 @@ func TestBackup_UnderLoad(t *testing.T) {
 	}
 	mustRunOK(t, asAuditor, "audit", "verify", "--server", d.url, "--key", vkey, "--against", backupCP)
 
-	// Restore: stop, the file in place, the record of the last checkpoint
-	// (signed after the backup) moved aside, start.
+	// Restore: stop, writerd restore (the file in place, the record of the
+	// last checkpoint, signed after the backup, set aside), start.
 	if code := d.Stop(); code != 0 {
 		t.Fatalf("the daemon exited %d", code)
 	}
 	origin, _, _ := strings.Cut(strings.TrimSpace(mustReadFile(t, vkey)), "+")
 	state := auditlog.StatePath(auditlog.KeyPath(ts.keyDir(t), origin))
-	if err := os.Rename(state, filepath.Join(work, "last-checkpoint.before-restore")); err != nil {
-		t.Fatalf("move the record of the last checkpoint aside: %v", err)
+	if r := mustRunOK(t, runConfig{env: ts.env(t)}, "restore", "--data", ts.Dir, "--from", out); !strings.Contains(r.stdout, "does not extend. Its record is set aside as ") {
+		t.Errorf("restore:\n%s", r.stdout)
 	}
-	mustInstall(t, out, filepath.Join(ts.Dir, bolt.FileName))
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("the record of the last checkpoint is still in place: %v", err)
+	}
 	d2 := MustStartHTTP(t, httpConfig{store: ts, tokens: tokens})
 	if g := d2.API(agent, "get_project", "", `{"project_id":"`+before[len(before)-1].id+`"}`); g.status != http.StatusOK {
 		t.Errorf("a project written before the backup, after the restore: %d %s", g.status, g.body)
@@ -573,7 +574,8 @@ func TestBackup_ReadmeBlock(t *testing.T) {
 		serveLog, _ := os.ReadFile(filepath.Join(work, "etc", "serve.log"))
 		t.Fatalf("the block failed: %v\nstdout:\n%s\nstderr:\n%s\nserve.log:\n%s", err, stdout.String(), stderr.String(), serveLog)
 	}
-	for _, want := range []string{"writerd backup: wrote ", "writerd check: no problems", "verified 1 event ", `"name":"kept"`} {
+	for _, want := range []string{"writerd backup: wrote ", "writerd check: no problems", "verified 1 event ", `"name":"kept"`,
+		"writerd restore: put ", "Event 2, and any after it, was signed after the backup and is lost from this log"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}

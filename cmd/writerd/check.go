@@ -44,7 +44,9 @@ What it checks:
     every checkpoint against the tree (with the log's key: found as serve
     finds it, or with --store the replicas' file --audit-key names); and
     that the log extends the last checkpoint the daemon signed, which it
-    keeps beside the key, when that file is found;
+    keeps beside the key (one per log), when that file is found: a log
+    behind it is a backup, or a copy that a fork of one log under one key
+    left behind (writerd help restore);
   - idempotency records: each points at its audit event, and each live
     record has exactly one event since it was created;
   - the domain: every project and record has the ok audit event of its

@@ -5,11 +5,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt"
 )
 
@@ -171,4 +173,52 @@ func mustLogPoisonOnce(t testing.TB, log string) {
 	if n != 1 {
 		t.Fatalf("the store's line is logged %d times, want once:\n%s", n, log)
 	}
+}
+
+// Ensure a poisoned store (a commit met an EIO from fsync) is not backed
+// up: its mapping may show pages that never reached the disk. The backup
+// route answers 503 UNAVAILABLE with the store's sentence, and writerd
+// backup --server exits 1 and leaves -o as it was, no temporary file
+// beside it.
+func TestBackup_PoisonedStoreRefused(t *testing.T) {
+	ffs := mustMountFaultFS(t)
+	tokens := mustAuditTokens(t)
+	admin := mustToken(t, tokens.file, "backup", pipeline.ScopeAdmin)
+	onMount := testStore{Dir: filepath.Join(ffs.dir, "data")}
+	d := MustStartHTTP(t, httpConfig{store: onMount, tokens: tokens.file, damaged: true})
+	if r := d.API(tokens.agent, "create_project", "before-0001", `{"name":"before"}`); r.status != 201 {
+		t.Fatalf("a write before the fault: %d %s", r.status, r.body)
+	}
+	if r := d.Do("GET", "/v1/admin/backup", "", "Authorization", "Bearer "+admin); r.status != 200 {
+		t.Fatalf("the backup before the fault: %d", r.status)
+	}
+	ffs.arm("fsync", 1)
+	mustBePoisoned(t, "the write that met the fault", d.API(tokens.agent, "create_project", "faulted-0001", `{"name":"faulted"}`))
+
+	r := d.Do("GET", "/v1/admin/backup", "", "Authorization", "Bearer "+admin)
+	if r.status == 200 {
+		t.Fatalf("the backup route backed the poisoned store up: 200, %d bytes", len(r.body))
+	}
+	mustBePoisoned(t, "the backup route", r)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "writerd.db")
+	if err := os.WriteFile(out, []byte("the backup of yesterday"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "backup.token")
+	if err := os.WriteFile(tokenFile, []byte(admin), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := mustRunWith(t, runConfig{}, "backup", "--server", d.url, "--token-file", tokenFile, "-o", out)
+	if b.code != 1 || !strings.Contains(b.stderr, "The store failed to write to its disk") {
+		t.Errorf("writerd backup of the poisoned store: exit %d\n%s%s", b.code, b.stdout, b.stderr)
+	}
+	if got := mustReadFile(t, out); got != "the backup of yesterday" {
+		t.Errorf("-o was written: %d bytes", len(got))
+	}
+	mustHoldOnly(t, dir, "backup.token", "writerd.db")
+	if _, after := ffs.state(); after != 0 {
+		t.Errorf("%d writes or fsyncs of the file after the fault, want none", after)
+	}
+	d.Stop()
 }

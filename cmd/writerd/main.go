@@ -36,6 +36,7 @@ func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command 
 		"serve":   &ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr},
 		"check":   &CheckCommand{Stdout: stdout, Stderr: stderr},
 		"backup":  &BackupCommand{Stdout: stdout, Stderr: stderr},
+		"restore": &RestoreCommand{Stdout: stdout, Stderr: stderr},
 		"token":   &TokenCommand{Stdout: stdout, Stderr: stderr},
 		"audit":   &AuditCommand{Stdout: stdout, Stderr: stderr},
 		"bench":   &BenchCommand{Stdout: stdout, Stderr: stderr},
@@ -128,6 +129,7 @@ Commands:
 	serve     serve the tools: MCP over stdio or HTTP, and the HTTP API
 	check     check a database: the file, bbolt's consistency, writerd's invariants
 	backup    copy a running daemon's database, consistent and checked, to a file
+	restore   put a backup in place, and the record of what was signed for its log alone
 	token     make, list and revoke the bearer tokens of the HTTP transports
 	audit     list, show, verify and export the audit log: writerd help audit
 	bench     drive writes at a chosen concurrency and report what they cost

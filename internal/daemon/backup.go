@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"io"
 	"path/filepath"
 
@@ -70,3 +71,14 @@ func HeldFile(path string) (bool, error) { return bolt.Held(path) }
 
 // StoreFile is the file of the bbolt store in the data directory dir.
 func StoreFile(dir string) string { return filepath.Join(dir, bolt.FileName) }
+
+// HoldFile takes the lock a running writerd takes on the database file
+// at path (bolt.Hold): ErrHeld if one holds it; nothing is held if there
+// is no file there.
+func HoldFile(path string) (release func(), err error) {
+	release, err = bolt.Hold(path)
+	if errors.Is(err, bolt.ErrLocked) {
+		return nil, ErrHeld
+	}
+	return release, err
+}

@@ -154,6 +154,8 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	switch {
 	case errors.As(err, &damaged):
 		return nil, errors.New(err.Error() + "; run writerd check --data DIR to list the damage")
+	case errors.As(err, &logDamage) && logDamage.Forked():
+		return nil, errors.New(err.Error() + "; writerd signs no checkpoint over it: " + forkAdvice(cfg.Store.Postgres()))
 	case errors.As(err, &logDamage):
 		return nil, errors.New(err.Error() + "; writerd signs no checkpoint over it: run writerd audit verify and writerd check on the store to list the damage")
 	case errors.Is(err, ErrOtherOrigin), errors.As(err, &keyErr), errors.As(err, &stateErr):
@@ -413,6 +415,17 @@ func (d *Daemon) Run(ctx context.Context) {
 // Close closes the store. Stop Run first (end its context and wait), so
 // that no background transaction meets a closed store.
 func (d *Daemon) Close() error { return d.Store.Close() }
+
+// forkAdvice is what to do with a log that does not extend the checkpoint
+// last signed for its origin (auditlog.DamageError.Forked), whose record
+// is kept beside the key (auditlog.StatePath): one per origin, so that one
+// key signs one log.
+func forkAdvice(postgres bool) string {
+	if postgres {
+		return "serve one copy of a log only; to serve this database as the log, move aside the record beside the key file --audit-key names (<key>.last-checkpoint), knowing that whoever holds a later checkpoint will see a fork"
+	}
+	return "serve one copy of a log only; to serve this data directory as the log, back it up and restore it (writerd backup --data DIR -o FILE, then writerd restore --data DIR --from FILE), which sets that record aside for this log alone and says what is lost"
+}
 
 // NewLogOrigin names a new audit log: the origin line of its checkpoints
 // and the name of its key, unique to it.

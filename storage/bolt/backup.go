@@ -206,3 +206,22 @@ func Held(path string) (bool, error) {
 	}
 	return false, err
 }
+
+// Hold takes the exclusive lock a writerd process takes on the database
+// file at path, without waiting (ErrLocked if one holds it), so that no
+// daemon opens the file until release is called: a restore holds the
+// file it replaces. With no file at path it holds nothing.
+func Hold(path string) (release func(), err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := lock(f, true); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
