@@ -9,7 +9,8 @@ import (
 // or missing, with what it enables and, when missing, how to get it; and
 // exits 1 only where CI's variable requires a missing one.
 func TestRun_ListsEachPrerequisite(t *testing.T) {
-	for _, env := range []string{"PATH", "WRITERD_TEST_POSTGRES", "WRITERD_LITEWITNESS", "WRITERD_CHROMIUM", "WRITERD_TEST_POSTGRES_REQUIRED"} {
+	for _, env := range []string{"PATH", "WRITERD_TEST_POSTGRES", "WRITERD_LITEWITNESS", "WRITERD_CHROMIUM",
+		"WRITERD_TEST_POSTGRES_REQUIRED", "WRITERD_TEST_WITNESS_REQUIRED", "WRITERD_TEST_BROWSER_REQUIRED", "WRITERD_TEST_NODE_REQUIRED"} {
 		t.Setenv(env, "")
 	}
 	pgGlob = t.TempDir() + "/*/bin/initdb"

@@ -173,8 +173,11 @@ func (w *Litewitness) startAgent() {
 		w.t.Fatalf("start ssh-agent: %v", err)
 	}
 	w.t.Cleanup(func() { w.agent.Process.Kill(); w.agent.Wait() })
+	// The socket's file exists from bind, before the agent listens: a
+	// client between the two is refused, so wait for a connection.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(w.sock); err == nil {
+		if c, err := net.Dial("unix", w.sock); err == nil {
+			c.Close()
 			return
 		}
 		if time.Now().After(deadline) {
