@@ -56,10 +56,10 @@ func TestEdge_ClosesOnContentLengthAndTransferEncoding(t *testing.T) {
 	}
 }
 
-// Ensure a declared Content-Length over the limit is answered 413
-// INPUT_TOO_LARGE at once, before any body is read: a client that asked
-// for 100 Continue gets no 100 and never sends the body; the connection
-// is closed.
+// Ensure a declared Content-Length over the limit is answered 413 at
+// once, before any body is read (INPUT_TOO_LARGE over the direct API, the
+// JSON-RPC refusal on /mcp): a client that asked for 100 Continue gets no
+// 100 and never sends the body; the connection is closed.
 func TestEdge_RefusesDeclaredTooLargeAtOnce(t *testing.T) {
 	s := MustServe(t, 4096, nil)
 	host := strings.TrimPrefix(s.url, "http://")
@@ -82,9 +82,17 @@ func TestEdge_RefusesDeclaredTooLargeAtOnce(t *testing.T) {
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			msg := mustEnvelope(t, reply{resp.StatusCode, resp.Header, string(b)}, pipeline.InputTooLarge)
-			if !strings.Contains(msg, "4096") || !resp.Close {
-				t.Errorf("message %q, close %v: want the limit named and the connection closed", msg, resp.Close)
+			if !resp.Close {
+				t.Error("the connection is kept open while the client may be sending the body")
+			}
+			if path == "/mcp" { // the JSON-RPC refusal of a frame too large, as for a read past the cap
+				if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "the frame is too large") {
+					t.Errorf("/mcp: %d %s, want 413 and the JSON-RPC refusal", resp.StatusCode, b)
+				}
+				return
+			}
+			if msg := mustEnvelope(t, reply{resp.StatusCode, resp.Header, string(b)}, pipeline.InputTooLarge); !strings.Contains(msg, "4096") {
+				t.Errorf("message %q: want the limit named", msg)
 			}
 		})
 	}

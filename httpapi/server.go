@@ -189,21 +189,30 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// every chunked request's connection is closed after its answer.
 		sw.Header().Set("Connection", "close")
 	}
-	if r.ContentLength > s.cfg.MaxBody {
-		// Refused before anything reads the body: no 100 Continue is sent
-		// and the body is never waited for. The connection is closed, since
-		// a client that did not wait for 100 Continue is sending it.
+	switch {
+	case r.ContentLength > s.cfg.MaxBody:
+		// The body is never read: the handler's first read fails as a
+		// read past the cap does, so each route refuses it its own way
+		// (413 INPUT_TOO_LARGE, or the JSON-RPC refusal on /mcp) at once,
+		// without a 100 Continue and without waiting for the body. The
+		// connection is closed, since a client that did not wait for 100
+		// Continue is sending it.
 		sw.Header().Set("Connection", "close")
-		s.refuse(sw, r, "too_large", tooLarge(s.cfg.MaxBody))
-		return
-	}
-	if r.Body != nil {
+		r.Body = declaredTooLarge{limit: s.cfg.MaxBody}
+	case r.Body != nil:
 		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBody)
 	}
 	s.mux.ServeHTTP(sw, r)
 }
 
-// tooLarge is the refusal of a body over the limit, declared or read.
+// declaredTooLarge is the body of a request whose Content-Length is over
+// the cap: nothing of it is read.
+type declaredTooLarge struct{ limit int64 }
+
+func (b declaredTooLarge) Read([]byte) (int, error) { return 0, &http.MaxBytesError{Limit: b.limit} }
+func (declaredTooLarge) Close() error               { return nil }
+
+// tooLarge is the refusal of a body over the limit.
 func tooLarge(limit int64) *pipeline.Error {
 	return pipeline.Errorf(pipeline.InputTooLarge, "The request body is larger than %d bytes.", limit)
 }
