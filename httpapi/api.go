@@ -23,10 +23,10 @@ import (
 func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("tool")
 	body, err := io.ReadAll(r.Body)
-	var tooLarge *http.MaxBytesError
+	var big *http.MaxBytesError
 	switch {
-	case errors.As(err, &tooLarge):
-		s.refuse(w, r, "too_large", pipeline.Errorf(pipeline.InputTooLarge, "The request body is larger than %d bytes.", tooLarge.Limit))
+	case errors.As(err, &big):
+		s.refuse(w, r, "too_large", tooLarge(big.Limit))
 		return
 	case err != nil:
 		s.refuse(w, r, "read", pipeline.Errorf(pipeline.InvalidInput, "The request body could not be read; send the call again."))

@@ -16,7 +16,11 @@
 // else made, and answered in X-Request-Id; the Host must be loopback on a
 // loopback listener (DNS rebinding); a cross-origin browser request is
 // refused (net/http's CrossOriginProtection: the SDK checks no Origin);
-// the body is capped before anything reads it. Authentication guards /mcp
+// a chunked request's connection is closed after its answer (RFC 9112
+// section 6.1; net/http drops a Content-Length beside the chunks, so a
+// smuggling attempt cannot be told from a plain chunked body); a declared
+// Content-Length over MaxBody is refused 413 before the body is read (no
+// 100 Continue); any other body is capped before anything reads it. Authentication guards /mcp
 // and /v1 only: /metrics, /healthz and /readyz answer without a token, so
 // bind to loopback, or keep them behind the network's own controls.
 //

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -142,8 +143,11 @@ var requestIDForm = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 // adopted or made, set on the context and the answer; the request is
 // counted and logged by its route, never its path; the Host must be one a
 // loopback listener answers on (DNS rebinding); a cross-origin browser
-// request is refused (the SDK checks no Origin); the body is capped before
-// anything reads it.
+// request is refused (the SDK checks no Origin); a chunked request's
+// connection is closed after its answer (a Content-Length beside the
+// chunks is a smuggling attempt, RFC 9112 section 6.1); a declared
+// Content-Length over the limit is refused 413 before the body is read,
+// and any other body is capped before anything reads it.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	id := r.Header.Get("X-Request-Id")
@@ -181,10 +185,42 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refuse(sw, r, "cross_origin", pipeline.Errorf(pipeline.PermissionDenied, "Cross-origin requests from browsers are refused."))
 		return
 	}
-	if r.Body != nil {
+	if r.ProtoMajor == 1 && slices.Contains(r.TransferEncoding, "chunked") {
+		// net/http frames the body by its chunks and drops a
+		// Content-Length sent beside them, so the handler cannot tell
+		// whether there was one: a front proxy that framed the request by
+		// it may have sent more bytes as this body, which net/http would
+		// serve as the next request (request smuggling). RFC 9112 section
+		// 6.1 has the server close the connection after such a request;
+		// every chunked request's connection is closed after its answer.
+		sw.Header().Set("Connection", "close")
+	}
+	switch {
+	case r.ContentLength > s.cfg.MaxBody:
+		// The body is never read: the handler's first read fails as a
+		// read past the cap does, so each route refuses it its own way
+		// (413 INPUT_TOO_LARGE, or the JSON-RPC refusal on /mcp) at once,
+		// without a 100 Continue and without waiting for the body. The
+		// connection is closed, since a client that did not wait for 100
+		// Continue is sending it.
+		sw.Header().Set("Connection", "close")
+		r.Body = declaredTooLarge{limit: s.cfg.MaxBody}
+	case r.Body != nil:
 		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBody)
 	}
 	s.mux.ServeHTTP(sw, r)
+}
+
+// declaredTooLarge is the body of a request whose Content-Length is over
+// the cap: nothing of it is read.
+type declaredTooLarge struct{ limit int64 }
+
+func (b declaredTooLarge) Read([]byte) (int, error) { return 0, &http.MaxBytesError{Limit: b.limit} }
+func (declaredTooLarge) Close() error               { return nil }
+
+// tooLarge is the refusal of a body over the limit.
+func tooLarge(limit int64) *pipeline.Error {
+	return pipeline.Errorf(pipeline.InputTooLarge, "The request body is larger than %d bytes.", limit)
 }
 
 // hostAllowed refuses, on a loopback listener, a Host that is not

@@ -69,6 +69,9 @@ const (
 	DefaultRefreshEvery   = 10 * time.Second
 	// MaxToken is the longest access token taken, in bytes.
 	MaxToken = 16 << 10
+	// MaxJWKS is the largest JWK Set read, in bytes, as a metadata
+	// document is: a larger one is a set that cannot be fetched.
+	MaxJWKS = 1 << 20
 )
 
 // DefaultScopes are the scope values that grant writerd's scopes unless

@@ -10,7 +10,9 @@
 // the step's fixed kind (an auth.Reason), which is all the log and the
 // metrics ever learn of it:
 //
-//   - its form (malformed; longer than MaxToken bytes is malformed too);
+//   - its form (malformed; longer than MaxToken bytes is malformed too,
+//     and so is a crit header, which names extensions writerd would have
+//     to understand: it understands none, RFC 7515 section 4.1.11);
 //   - its iss, exactly one configured issuer's identifier as that issuer's
 //     metadata states it (unknown_issuer); an issuer whose metadata could
 //     not be fetched yet answers 503 (issuer_unreachable);
@@ -19,9 +21,10 @@
 //   - its typ header, absent, JWT, at+jwt or application/at+jwt
 //     (bad_type: RFC 9068 asks for at+jwt, which most identity providers
 //     do not send; an ID token is refused by its audience anyway);
-//   - its key, found by kid in the issuer's JWK Set (unknown_key; 503
-//     issuer_unreachable while the set cannot be fetched) and its signature
-//     (bad_signature);
+//   - its key, found by kid among the keys of the issuer's JWK Set that
+//     may verify, a use (if given) of sig and key_ops (if given) naming
+//     verify (unknown_key; 503 issuer_unreachable while the set cannot be
+//     fetched), and its signature (bad_signature);
 //   - exp (required; expired), nbf and iat (not_yet_valid), each with
 //     Leeway for clock skew, and the claims' types (missing_claim);
 //   - aud naming the configured Audience, the canonical URI of writerd's
@@ -41,13 +44,17 @@
 // The JOSE work is a library's: github.com/golang-jwt/jwt/v5 parses and
 // verifies the JWT and its registered claims, and
 // github.com/MicahParks/keyfunc/v3 (over github.com/MicahParks/jwkset)
-// keeps each issuer's JWK Set, refreshing it hourly and, for a kid it does
-// not know, at once, at most once every RefreshEvery: a flood of tokens
-// with made-up kids costs the issuer one fetch per RefreshEvery, and a
-// refused kid is answered at once, never queued. They were chosen over
-// lestrrat-go/jwx because keyfunc's rate-limited unknown-kid refresh is
-// exactly the behaviour wanted, and jwt/v5's parser refuses any algorithm
-// not listed before it looks up a key. The go-sdk's oauthex supplies the
+// keeps each issuer's JWK Set, refreshing it hourly, each fetch at most
+// MaxJWKS bytes (1 MiB, as a metadata document; a larger set is a fetch
+// that failed, read no further). For a kid it does not know, the set is
+// fetched again at once, at most once every RefreshEvery by the
+// Provider's clock: the limiter is asked, never waited on, so a token met
+// while the period's fetch is spent (or in flight) is refused at once,
+// never queued, and a flood of made-up kids costs the issuer one fetch per
+// RefreshEvery. (keyfunc's own limiter waits up to a bound that is also
+// the fetch's timeout, so it is not used.) They were chosen over
+// lestrrat-go/jwx because jwt/v5's parser refuses any algorithm not
+// listed before it looks up a key. The go-sdk's oauthex supplies the
 // metadata types; its discovery client is not used, since it refuses
 // private addresses (where a company's identity provider often lives)
 // and requires PKCE metadata that a resource server does not need.

@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,10 +9,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/MicahParks/jwkset"
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
@@ -28,11 +31,90 @@ type issuer struct {
 }
 
 // keys is what discovery found: the issuer identifier its tokens carry
-// and its JWK Set.
+// and its JWK Set, read two ways: known finds a kid among the keys held
+// and never fetches; fetch fetches the set again first, and is used only
+// when the unknown-kid limiter allows it at once (Provider.keyOf).
 type keys struct {
-	iss    string
-	kf     keyfunc.Keyfunc
-	parser *jwt.Parser // requires iss
+	iss          string
+	known, fetch keyfunc.Keyfunc
+	// unknownKid allows one fetch for an unknown kid a RefreshEvery, by
+	// the provider's clock; it is asked (AllowN), never waited on.
+	unknownKid *rate.Limiter
+	parser     *jwt.Parser // requires iss
+}
+
+// newKeys starts the JWK Set at jwksURI: fetched now (a failure is a set
+// that cannot be fetched, retried hourly or for an unknown kid) and every
+// hour until ctx ends, each fetch at most MaxJWKS bytes (watch), keeping
+// only the keys that may verify (verifyingKeys).
+func (p *Provider) newKeys(ctx context.Context, is *issuer, iss, jwksURI string) (*keys, error) {
+	log := p.cfg.Logger.With("issuer", is.Name)
+	set, err := jwkset.NewStorageFromHTTP(jwksURI, jwkset.HTTPClientStorageOptions{
+		Client:                    &http.Client{Transport: &watch{is: is, next: p.transport()}, CheckRedirect: p.cfg.HTTP.CheckRedirect},
+		Ctx:                       ctx,
+		HTTPTimeout:               fetchTimeout,
+		NoErrorReturnFirstHTTPReq: true,
+		RefreshInterval:           time.Hour,
+		Storage:                   verifyingKeys{jwkset.NewMemoryStorage()},
+		RefreshErrorHandler: func(_ context.Context, err error) {
+			args := []any{"kind", "jwks_unreachable"}
+			if errors.Is(err, errJWKSTooLarge) {
+				args = append(args, "description", errJWKSTooLarge.Error())
+			}
+			log.Warn("oauth issuer's keys cannot be fetched; its tokens are answered 503 until they can", args...)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	known, err := jwkset.NewHTTPClient(jwkset.HTTPClientOptions{HTTPURLs: map[string]jwkset.Storage{jwksURI: set}})
+	if err != nil {
+		return nil, err
+	}
+	// The limiter here lets every read through: the one that counts is
+	// keys.unknownKid, asked before this one is used. The wait bounds the
+	// fetch.
+	fetching, err := jwkset.NewHTTPClient(jwkset.HTTPClientOptions{HTTPURLs: map[string]jwkset.Storage{jwksURI: set},
+		RefreshUnknownKID: rate.NewLimiter(rate.Inf, 1), RateLimitWaitMax: fetchTimeout})
+	if err != nil {
+		return nil, err
+	}
+	k := &keys{iss: iss, unknownKid: rate.NewLimiter(rate.Every(p.cfg.RefreshEvery), 1), parser: p.newParser(jwt.WithIssuer(iss))}
+	if k.known, err = keyfunc.New(keyfunc.Options{Ctx: ctx, Storage: known}); err != nil {
+		return nil, err
+	}
+	if k.fetch, err = keyfunc.New(keyfunc.Options{Ctx: ctx, Storage: fetching}); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// verifyingKeys holds, of each JWK Set fetched, only the keys that may
+// verify a signature: a use, if given, of sig, and key_ops, if given,
+// naming verify (RFC 7517 sections 4.2 and 4.3). A key of another use
+// verifies nothing: its kid is unknown.
+type verifyingKeys struct{ jwkset.Storage }
+
+func (v verifyingKeys) KeyReplaceAll(ctx context.Context, given []jwkset.JWK) error {
+	var kept []jwkset.JWK
+	for _, j := range given {
+		if mayVerify(j) {
+			kept = append(kept, j)
+		}
+	}
+	return v.Storage.KeyReplaceAll(ctx, kept)
+}
+
+func (v verifyingKeys) KeyWrite(ctx context.Context, j jwkset.JWK) error {
+	if !mayVerify(j) {
+		return nil
+	}
+	return v.Storage.KeyWrite(ctx, j)
+}
+
+func mayVerify(j jwkset.JWK) bool {
+	m := j.Marshal()
+	return (m.USE == "" || m.USE == jwkset.UseSig) && (m.KEYOPS == nil || slices.Contains(m.KEYOPS, jwkset.KeyOpsVerify))
 }
 
 // metadataURLs are where an issuer's metadata may be: OpenID discovery,
@@ -125,23 +207,9 @@ func (p *Provider) runIssuer(ctx context.Context, is *issuer) {
 	for attempt := 1; ; attempt++ {
 		iss, jwksURI, err := p.discover(ctx, is)
 		if err == nil {
-			kf, err := keyfunc.NewDefaultOverrideCtx(ctx, []string{jwksURI}, keyfunc.Override{
-				Client:      &http.Client{Transport: &watch{is: is, next: p.transport()}, CheckRedirect: p.cfg.HTTP.CheckRedirect},
-				HTTPTimeout: fetchTimeout,
-				// Wait for the unknown-kid limiter at most as long as a
-				// fetch, far less than RefreshEvery: a kid met while the
-				// limiter is spent is refused at once, not queued.
-				RateLimitWaitMax:  min(fetchTimeout, p.cfg.RefreshEvery/2),
-				RefreshInterval:   time.Hour,
-				RefreshUnknownKID: rate.NewLimiter(rate.Every(p.cfg.RefreshEvery), 1),
-				RefreshErrorHandlerFunc: func(string) func(context.Context, error) {
-					return func(context.Context, error) {
-						log.Warn("oauth issuer's keys cannot be fetched; its tokens are answered 503 until they can", "kind", "jwks_unreachable")
-					}
-				},
-			})
-			if err == nil {
-				is.keys.Store(&keys{iss: iss, kf: kf, parser: p.newParser(jwt.WithIssuer(iss))})
+			var k *keys
+			if k, err = p.newKeys(ctx, is, iss, jwksURI); err == nil {
+				is.keys.Store(k)
 				log.Info("oauth issuer discovered", "attempts", attempt, "keys_reachable", !is.jwksDown.Load())
 				return
 			}
@@ -165,7 +233,12 @@ func (p *Provider) transport() http.RoundTripper {
 	return http.DefaultTransport
 }
 
-// watch notes whether each fetch of an issuer's JWK Set succeeded.
+// errJWKSTooLarge is a JWK Set over MaxJWKS bytes.
+var errJWKSTooLarge = errors.New("its JWK Set is larger than 1 MiB")
+
+// watch reads each fetch of an issuer's JWK Set, at most MaxJWKS bytes
+// of it (a larger set is a failed fetch, read no further), and notes
+// whether it succeeded.
 type watch struct {
 	is   *issuer
 	next http.RoundTripper
@@ -173,6 +246,21 @@ type watch struct {
 
 func (w *watch) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := w.next.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		var b []byte
+		b, err = io.ReadAll(io.LimitReader(resp.Body, MaxJWKS+1))
+		resp.Body.Close()
+		switch {
+		case err != nil:
+		case len(b) > MaxJWKS:
+			err = errJWKSTooLarge
+		default:
+			resp.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		if err != nil {
+			resp = nil
+		}
+	}
 	w.is.jwksDown.Store(err != nil || resp.StatusCode != http.StatusOK)
 	return resp, err
 }

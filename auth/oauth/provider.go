@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/MicahParks/jwkset"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
@@ -115,10 +116,16 @@ func (p *Provider) Check(ctx context.Context, token string) (pipeline.Caller, er
 		return pipeline.Caller{}, refuse(KindMalformed)
 	}
 	var unverified jwt.MapClaims
-	if _, _, err := p.parser.ParseUnverified(token, &unverified); err != nil {
+	head, _, err := p.parser.ParseUnverified(token, &unverified)
+	if err != nil {
 		if errors.Is(err, jwt.ErrTokenUnverifiable) { // an alg jwt does not know
 			return pipeline.Caller{}, refuse(KindBadAlgorithm)
 		}
+		return pipeline.Caller{}, refuse(KindMalformed)
+	}
+	if _, ok := head.Header["crit"]; ok {
+		// crit names extensions the recipient must understand (RFC 7515
+		// section 4.1.11); writerd understands none.
 		return pipeline.Caller{}, refuse(KindMalformed)
 	}
 	iss, _ := unverified["iss"].(string)
@@ -130,7 +137,13 @@ func (p *Provider) Check(ctx context.Context, token string) (pipeline.Caller, er
 		return pipeline.Caller{}, unavailable()
 	}
 	var claims jwt.MapClaims
-	tok, err := k.parser.ParseWithClaims(token, &claims, k.kf.KeyfuncCtx(ctx))
+	tok, err := k.parser.ParseWithClaims(token, &claims, k.known.KeyfuncCtx(ctx))
+	if errors.Is(err, jwkset.ErrKeyNotFound) && k.unknownKid.AllowN(p.cfg.Now(), 1) {
+		// An unknown kid, and the period's fetch not yet spent: fetch
+		// the set and look again. Spent, it is refused at once.
+		claims = nil
+		tok, err = k.parser.ParseWithClaims(token, &claims, k.fetch.KeyfuncCtx(ctx))
+	}
 	if err != nil {
 		if tok != nil && tok.Method != nil && !slices.Contains(Algorithms, tok.Method.Alg()) {
 			return pipeline.Caller{}, refuse(KindBadAlgorithm)

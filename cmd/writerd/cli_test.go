@@ -172,6 +172,10 @@ func TestCLI_HelpAndUsageErrors(t *testing.T) {
 		{"a boolean that is not one", []string{"serve", "--stdio=maybe"}, nil, 2, serveUsageLine, "writerd serve: --stdio takes true or false"},
 		{"a principal with a space", []string{"serve", "--principal", "ci agent"}, nil, 2, serveUsageLine, "writerd serve: --principal takes 1 to 128 printable ASCII characters without spaces"},
 		{"a principal from the environment", []string{"serve"}, []string{"WRITERD_PRINCIPAL="}, 2, serveUsageLine, "writerd serve: WRITERD_PRINCIPAL takes 1 to 128 printable ASCII characters without spaces"},
+		{"a public URL without its scheme", []string{"serve", "--public-url", "writerd.example.com"}, nil, 2, serveUsageLine,
+			"writerd serve: --public-url takes the absolute http or https URL browsers reach this daemon's --addr at, such as https://writerd.example.com"},
+		{"a public URL without HTTP", []string{"serve", "--stdio", "--public-url", "https://writerd.example.com"}, nil, 2, serveUsageLine,
+			"writerd serve: --public-url takes the absolute http or https URL browsers reach this daemon's --addr at, such as https://writerd.example.com"},
 		{"check: unexpected argument", []string{"check", "/var/lib/writerd"}, nil, 2, checkUsageLine, `writerd check: unexpected argument "/var/lib/writerd"`},
 		{"check: unknown flag", []string{"check", "--fix"}, nil, 2, checkUsageLine, "writerd check: unknown flag -fix"},
 		// An unquoted keyword/value --store splits into words: the one

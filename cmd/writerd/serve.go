@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -56,6 +57,7 @@ type ServeCommand struct {
 	cpInterval time.Duration
 	auditPub   bool
 	pidFile    string
+	publicURL  string
 
 	oauthFlags oauthFlags
 	oauth      *oauth.Config // nil without --oauth-issuer
@@ -177,6 +179,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file` HTTP callers authenticate against (writerd token new makes it)")
 	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "serve HTTP without tokens, every caller as --principal with every scope; loopback addresses only")
 	fs.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "the largest HTTP request body, in `bytes`")
+	fs.StringVar(&c.publicURL, "public-url", "", "the `URL` browsers reach this daemon at through a proxy; https makes the console's cookie Secure over a loopback --addr too")
 	c.store.define(fs)
 	c.oauthFlags.define(fs)
 	fs.StringVar(&c.principal, "principal", "local", "the `name` of the principal that stdio calls act as")
@@ -236,6 +239,9 @@ func (c *ServeCommand) parse(args []string) error {
 	}
 	if !c.stdio && c.addr == "" {
 		c.addr = defaultAddr
+	}
+	if c.publicURL != "" && (c.addr == "" || !publicURLForm(c.publicURL)) {
+		return fs.fail("%s takes the absolute http or https URL browsers reach this daemon's %s at, such as https://writerd.example.com", fs.label("public-url"), fs.label("addr"))
 	}
 	if c.auditPub && c.addr == "" {
 		return fs.fail("%s serves the audit log's tiles over HTTP, so it needs %s", fs.label("audit-public"), fs.label("addr"))
@@ -384,7 +390,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
 	if ln != nil {
-		httpSrv = d.HTTPServer(authn.http(d.Metrics, log, daemon.HTTP{MaxBody: c.maxBody, AuditPublic: c.auditPub}))
+		httpSrv = d.HTTPServer(authn.http(d.Metrics, log, daemon.HTTP{MaxBody: c.maxBody, AuditPublic: c.auditPub, PublicURL: c.publicURL}))
 		go func() { httpDone <- httpSrv.Serve(ln) }()
 		if authn.tokens != nil || authn.oauth != nil {
 			background.Go(func() { authn.reloadOnHangup(ctx, log) })
@@ -450,4 +456,12 @@ func listenAddr(ln net.Listener) string {
 		return ""
 	}
 	return ln.Addr().String()
+}
+
+// publicURLForm reports whether s is an absolute http or https URL of a
+// host, without user information, a query or a fragment (--public-url).
+func publicURLForm(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Opaque == "" &&
+		u.User == nil && u.RawQuery == "" && u.Fragment == "" && !u.ForceQuery
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +60,12 @@ type Config struct {
 	// list does.
 	Tools  func() []*pipeline.ToolInfo
 	Logger *slog.Logger
+	// PublicURL is the URL browsers reach the daemon at when a proxy
+	// stands in front of it (writerd serve --public-url); "" is none. An
+	// https URL makes the session cookie Secure on every request, however
+	// the request reached the daemon: a TLS proxy on the same host
+	// forwards over plain HTTP to a loopback listener.
+	PublicURL string
 	// SessionTTL, MaxSessions, ScanBudget and ScanTime: see the package
 	// documentation; 0 is the default.
 	SessionTTL  time.Duration
@@ -76,6 +83,9 @@ type Console struct {
 	activity *activity
 	pages    map[string]*template.Template
 	static   map[string]staticFile
+
+	// httpsPublic: the public URL is https, and the cookie always Secure.
+	httpsPublic bool
 }
 
 //go:embed templates/*.html
@@ -115,6 +125,9 @@ func New(cfg Config) *Console {
 	}
 	c := &Console{cfg: cfg, sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions, cfg.Now),
 		activity: newActivity(cfg.Log), static: map[string]staticFile{}}
+	if u, err := url.Parse(cfg.PublicURL); err == nil && u.Scheme == "https" && u.Host != "" {
+		c.httpsPublic = true
+	}
 	files, _ := fs.Glob(staticFS, "static/*")
 	for _, f := range files {
 		b, _ := staticFS.ReadFile(f)

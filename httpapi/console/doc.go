@@ -24,7 +24,7 @@
 // caller's principal and scopes, and when it ends. The browser holds the
 // id in the cookie writerd_console (HttpOnly, SameSite=Strict, Path=/ui/,
 // Secure unless the request came over plain HTTP to a loopback
-// listener); the token itself is kept nowhere, neither in the cookie, nor
+// listener and Config.PublicURL is not https); the token itself is kept nowhere, neither in the cookie, nor
 // in a page, nor in memory after the sign-in answered. The store is keyed
 // by the SHA-256 of the id, so that not even it holds a usable cookie.
 // Only a token with the audit scope signs in: a read or write token is

@@ -103,10 +103,15 @@ func (s *sessions) len() int {
 }
 
 // cookie returns the session cookie of id (an empty value and MaxAge -1
-// to clear it).
-func cookie(r *http.Request, id string, ss *session) *http.Cookie {
+// to clear it): Secure unless r came over plain HTTP to a loopback
+// listener of a daemon whose public URL is not https.
+func (c *Console) cookie(r *http.Request, id string, ss *session) *http.Cookie {
+	return sessionCookie(id, ss, c.httpsPublic || !plainLoopback(r))
+}
+
+func sessionCookie(id string, ss *session, secure bool) *http.Cookie {
 	c := &http.Cookie{Name: CookieName, Value: id, Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: !plainLoopback(r)}
+		Secure: secure}
 	if ss == nil {
 		c.MaxAge = -1
 	} else {
@@ -201,7 +206,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	sid, s := c.sessions.create(caller)
 	c.cfg.Logger.Info("audit console: signed in", "request_id", id, "principal", s.principal, "expires", s.expires.UTC().Format(time.RFC3339))
-	http.SetCookie(w, cookie(r, sid, s))
+	http.SetCookie(w, c.cookie(r, sid, s))
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 }
 
@@ -214,6 +219,6 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 	if s != nil {
 		c.cfg.Logger.Info("audit console: signed out", "request_id", pipeline.RequestID(r.Context()), "principal", s.principal)
 	}
-	http.SetCookie(w, cookie(r, "", nil))
+	http.SetCookie(w, c.cookie(r, "", nil))
 	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"strings"
 	"testing"
@@ -207,4 +208,38 @@ func cookieOf(t testing.TB, b *browser, base string) string {
 func (b *browser) setCookie(value string) {
 	u, _ := url.Parse(b.base + "/ui/")
 	b.c.Jar.SetCookies(u, []*http.Cookie{{Name: console.CookieName, Value: value, Path: "/ui/"}})
+}
+
+// Ensure the cookie is Secure behind a TLS proxy on the same host that
+// forwards to the daemon's loopback listener over plain HTTP, once the
+// console is told its public URL is https (writerd serve --public-url);
+// without it, the console cannot tell that proxy from a browser on
+// loopback.
+func TestSignIn_SecureCookieBehindLocalTLSProxy(t *testing.T) {
+	signIn := func(context.Context, string) (pipeline.Caller, error) {
+		return pipeline.Caller{Principal: "auditor", Scopes: pipeline.ScopeAudit}, nil
+	}
+	for _, tc := range []struct {
+		public string
+		secure bool
+	}{{"", false}, {"https://writerd.example.com", true}, {"http://127.0.0.1:7070", false}} {
+		mux := http.NewServeMux()
+		console.New(console.Config{SignIn: signIn, PublicURL: tc.public}).Register(mux)
+		daemon := httptest.NewServer(mux) // plain HTTP on loopback
+		backend, _ := url.Parse(daemon.URL)
+		proxy := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(backend))
+		c := proxy.Client()
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp, err := c.PostForm(proxy.URL+"/ui/signin", url.Values{"token": {"t"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if cs := resp.Cookies(); resp.StatusCode != http.StatusSeeOther || len(cs) != 1 || cs[0].Secure != tc.secure {
+			t.Errorf("public URL %q, through a TLS proxy: %d, cookies %q; want 303 and one cookie, Secure %v",
+				tc.public, resp.StatusCode, resp.Header.Values("Set-Cookie"), tc.secure)
+		}
+		proxy.Close()
+		daemon.Close()
+	}
 }

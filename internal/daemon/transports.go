@@ -39,6 +39,9 @@ type HTTP struct {
 	// ProtectedResource, with OAuth, is the OAuth protected resource
 	// metadata to serve (httpapi.Config.ProtectedResource); nil serves none.
 	ProtectedResource *httpapi.ProtectedResource
+	// PublicURL is the URL clients reach the daemon at through a proxy
+	// (console.Config.PublicURL); "" is none.
+	PublicURL string
 }
 
 // ProtectedResource is httpapi's.
@@ -96,6 +99,7 @@ func (d *Daemon) console(h HTTP) *console.Console {
 		Damaged:   d.checkpointer.Damaged,
 		Tools:     d.Pipeline.Tools,
 		Logger:    d.log,
+		PublicURL: h.PublicURL,
 	}
 	if d.cosigner != nil {
 		cfg.Witnesses = func() witness.Status { return d.cosigner.Status() }

@@ -52,6 +52,12 @@ type Issuer struct {
 
 	down    atomic.Bool
 	fetches atomic.Int64
+
+	// Faults a test sets (under mu): the issuer the metadata names, the
+	// bytes served as the JWK Set, an edit of each published JWK.
+	metaIssuer string
+	rawJWKS    []byte
+	editJWK    func(*jwkset.JWKMarshal)
 }
 
 type key struct {
@@ -155,6 +161,42 @@ func (is *Issuer) SigningKey(alg string) crypto.Signer {
 // SetDown makes every endpoint answer 503 (down) or serve again.
 func (is *Issuer) SetDown(down bool) { is.down.Store(down) }
 
+// SetMetadataIssuer makes the metadata name iss as its issuer ("" is the
+// issuer's own URL): a mix-up, where one issuer's metadata claims
+// another's identity.
+func (is *Issuer) SetMetadataIssuer(iss string) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.metaIssuer = iss
+}
+
+// SetJWKS serves raw as the JWK Set in place of the issuer's keys (nil
+// serves the keys again).
+func (is *Issuer) SetJWKS(raw []byte) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.rawJWKS = raw
+}
+
+// JWKS is the JWK Set the issuer publishes, as served.
+func (is *Issuer) JWKS() []byte {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	b, err := json.Marshal(is.set())
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}
+
+// EditJWKs changes each published JWK before it is served (nil serves
+// them as made): a key without alg, with a use or key_ops of its own.
+func (is *Issuer) EditJWKs(edit func(*jwkset.JWKMarshal)) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.editJWK = edit
+}
+
 // JWKSFetches counts the fetches of the JWK Set so far.
 func (is *Issuer) JWKSFetches() int { return int(is.fetches.Load()) }
 
@@ -199,8 +241,14 @@ func (is *Issuer) metadata(w http.ResponseWriter, r *http.Request) {
 	if is.unavailable(w) {
 		return
 	}
+	is.mu.Lock()
+	iss := is.metaIssuer
+	is.mu.Unlock()
+	if iss == "" {
+		iss = is.URL
+	}
 	writeJSON(w, map[string]any{
-		"issuer":                                is.URL,
+		"issuer":                                iss,
 		"authorization_endpoint":                is.URL + "/authorize",
 		"token_endpoint":                        is.URL + "/token",
 		"jwks_uri":                              is.URL + "/jwks",
@@ -220,6 +268,16 @@ func (is *Issuer) jwks(w http.ResponseWriter, r *http.Request) {
 	}
 	is.mu.Lock()
 	defer is.mu.Unlock()
+	if is.rawJWKS != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(is.rawJWKS)
+		return
+	}
+	writeJSON(w, is.set())
+}
+
+// set is the published JWK Set; mu is held.
+func (is *Issuer) set() jwkset.JWKSMarshal {
 	var set jwkset.JWKSMarshal
 	for kid, k := range is.keys {
 		j, err := jwkset.NewJWKFromKey(k.priv.Public(), jwkset.JWKOptions{Metadata: jwkset.JWKMetadataOptions{
@@ -227,9 +285,13 @@ func (is *Issuer) jwks(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			panic(err)
 		}
-		set.Keys = append(set.Keys, j.Marshal())
+		m := j.Marshal()
+		if is.editJWK != nil {
+			is.editJWK(&m)
+		}
+		set.Keys = append(set.Keys, m)
 	}
-	writeJSON(w, set)
+	return set
 }
 
 // authorize approves every request: it redirects to redirect_uri with a
