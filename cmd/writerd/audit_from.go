@@ -226,6 +226,25 @@ func witnessVerifier(text string) (note.Verifier, error) {
 	return torchwood.NewCosignatureVerifier(text)
 }
 
+// keyFileVerifier reads the verifier key of the audit key file at path (a
+// daemon's key file, or its verifier key alone), for the commands that
+// check a log against its own key on the operator's machine.
+func keyFileVerifier(path string) (note.Verifier, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the audit key file: %w", pathless.Error(err))
+	}
+	text, err := verifierLine(b)
+	if err != nil {
+		return nil, fmt.Errorf("the audit key file %w", err)
+	}
+	v, err := auditlog.ParseVerifierKey(text)
+	if err != nil {
+		return nil, errors.New("the audit key file holds no verifier key")
+	}
+	return v, nil
+}
+
 // verifierLine returns the verifier key in a file: its one line, or the
 // second of a daemon's key file (whose first, the signer key, it leaves
 // alone).

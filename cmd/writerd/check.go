@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/internal/daemon"
-	"github.com/writerd/writerd/internal/pathless"
 	"github.com/writerd/writerd/pipeline"
 )
 
@@ -169,16 +167,9 @@ func (c *CheckCommand) checkLog(ctx context.Context, s daemon.Store, store daemo
 	}
 	lc := auditlog.LogCheck{}
 	if keyFile != "" {
-		b, err := os.ReadFile(keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("cannot read the audit key file: %w", pathless.Error(err))
-		}
-		text, err := verifierLine(b)
-		if err != nil {
-			return nil, fmt.Errorf("the audit key file %w", err)
-		}
-		if lc.Key, err = auditlog.ParseVerifierKey(text); err != nil {
-			return nil, fmt.Errorf("the audit key file holds no verifier key")
+		var err error
+		if lc.Key, err = keyFileVerifier(keyFile); err != nil {
+			return nil, err
 		}
 		remembered, _, err := auditlog.ReadState(state, lc.Key)
 		if err != nil {

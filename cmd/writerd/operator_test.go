@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -185,12 +184,7 @@ func TestOAuth_LocalBlock(t *testing.T) {
 	if err := os.Symlink(testBinary, filepath.Join(demo, "writerd-dev")); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := "127.0.0.1:" + freePort(t)
 	var script strings.Builder
 	script.WriteString("set -euo pipefail\n")
 	for _, line := range strings.Split(docBlock(t, "docs/OAUTH.md", "## Trying OAuth locally"), "\n") {

@@ -235,17 +235,9 @@ func (c *RestoreCommand) checkLog(ctx context.Context, stage, data, oldOrigin st
 	} else if keyFile, p.state, err = daemon.LocateKey(data, "", origin); err != nil {
 		return p, fmt.Errorf("%v: put the log's key back first (from its own backup), or give its file with --audit-key; nothing was changed", err)
 	}
-	b, err := os.ReadFile(keyFile)
+	key, err := keyFileVerifier(keyFile)
 	if err != nil {
-		return p, fmt.Errorf("cannot read the audit key file: %w", pathless.Error(err))
-	}
-	text, err := verifierLine(b)
-	if err != nil {
-		return p, fmt.Errorf("the audit key file %w", err)
-	}
-	key, err := auditlog.ParseVerifierKey(text)
-	if err != nil {
-		return p, errors.New("the audit key file holds no verifier key")
+		return p, err
 	}
 	remembered, cp, err := auditlog.ReadState(p.state, key)
 	if err != nil {
