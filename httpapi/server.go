@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"regexp"
 	"runtime/debug"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -294,12 +294,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *server) logReady(r *http.Request, failing map[string]string) {
 	s.readyMu.Lock()
 	defer s.readyMu.Unlock()
-	names := make([]string, 0, len(failing))
-	for name := range failing {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(failing)) {
 		if s.notReady[name] != failing[name] {
 			s.cfg.Logger.Warn("not ready", "request_id", pipeline.RequestID(r.Context()), "check", name, "cause", failing[name])
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"strings"
@@ -42,9 +43,7 @@ func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command 
 		"bench":   &BenchCommand{Stdout: stdout, Stderr: stderr},
 		"version": &VersionCommand{Stdout: stdout, Stderr: stderr},
 	}
-	for name, cmd := range devCommands(stdout, stderr) {
-		cmds[name] = cmd
-	}
+	maps.Copy(cmds, devCommands(stdout, stderr))
 	return cmds
 }
 

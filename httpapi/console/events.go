@@ -294,10 +294,8 @@ func (c *Console) listNewest(ctx context.Context, f auditlog.Filter, before uint
 					return false
 				}
 				read++
-				for _, needle := range want {
-					if !bytes.Contains(canonical, needle) {
-						return true
-					}
+				if !holdsAll(canonical, want) {
+					return true
 				}
 				e, err := auditlog.DecodeEvent(canonical)
 				if err != nil {
@@ -377,6 +375,17 @@ func union(a, b []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(a), b...))))
 }
 
+// holdsAll reports whether an event's stored bytes hold every one of
+// needles: an event that lacks one cannot pass the filter.
+func holdsAll(canonical []byte, needles [][]byte) bool {
+	for _, needle := range needles {
+		if !bytes.Contains(canonical, needle) {
+			return false
+		}
+	}
+	return true
+}
+
 // needles are the members, in canonical JSON, that an event's stored
 // bytes must hold to pass f: each of f's text filters, as RFC 8785 writes
 // the member.
@@ -434,10 +443,8 @@ func (r narrowedReader) Leaves(from uint64) auditlog.Stream {
 			}
 			n.read++
 			n.last = seq
-			for _, needle := range n.needles {
-				if !bytes.Contains(canonical, needle) {
-					return true
-				}
+			if !holdsAll(canonical, n.needles) {
+				return true
 			}
 			return yield(seq, canonical, leafCheck)
 		})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/storage/postgres"
 )
 
 // closedMessage is what a call is told when the store could not be opened
@@ -94,7 +95,7 @@ func (p *Pending) retry(ctx context.Context) {
 			// now refuses it (a password rotated meanwhile): it is tried
 			// again as if unreachable, since its operator may fix it
 			// without a restart (a role created, pg_hba.conf reloaded).
-			err = pipeline.Wrap(pipeline.Unavailable, err, refusedMessage)
+			err = pipeline.Wrap(pipeline.Unavailable, err, postgres.RefusedMessage)
 		}
 		if err != nil && pipeline.ErrorCode(err) == pipeline.Unavailable {
 			p.mu.Lock()
@@ -109,10 +110,6 @@ func (p *Pending) retry(ctx context.Context) {
 		return
 	}
 }
-
-// refusedMessage is what a call is told while the store refuses the
-// daemon; the cause is in the log.
-const refusedMessage = "The store refuses writerd's connection; writerd keeps trying. Send the call again with the same key later; its operator will find why in writerd's log."
 
 // logChange logs the cause of an attempt to open that failed, once per
 // change of cause, not once an attempt: a refusal as an ERROR (its

@@ -18,7 +18,8 @@ import (
 // (groupcommit.Hooks) where the point is inside the store.
 var cancelPoints = []struct {
 	name string
-	// at returns the call's context, which it cancels at its point.
+	// at returns the hooks that cancel the call's context at its point
+	// (nil: the context is cancelled before the call).
 	at func(cancel context.CancelFunc) *groupcommit.Hooks
 }{
 	{"before the lock", nil}, // cancelled before the call is made
