@@ -19,7 +19,16 @@ var ErrNotFound = errors.New("auditlog: no such event")
 const (
 	OK     = "ok"
 	Failed = "failed"
+	// Unknown is the outcome of a write outside the store whose call may
+	// have reached its upstream and whose effect cannot be known
+	// (docs/DESIGN.md section 5b); its code is OUTCOME_UNKNOWN.
+	Unknown = "unknown"
 )
+
+// Format is the version of the event format that Append writes, in
+// every new event's "format" member. An event without one is of format
+// 1, the format before writes outside the store, and keeps its bytes.
+const Format = 2
 
 // Event is one audit event, with the JSON members of docs/DESIGN.md section 7.
 type Event struct {
@@ -37,6 +46,36 @@ type Event struct {
 	Status         int       `json:"status,omitempty"`
 	Targets        []Target  `json:"targets"`
 	DurationMS     float64   `json:"duration_ms"`
+
+	// Format is the event format's version; 0 (absent) is format 1.
+	Format int `json:"format,omitempty"`
+	// Upstream is the call of a write outside the store.
+	Upstream *Upstream `json:"upstream,omitempty"`
+	// Resolves is set on an operator's resolution of an unknown write.
+	Resolves *Resolution `json:"resolves,omitempty"`
+}
+
+// Upstream is what an event records of a write's call outside the
+// store: never its arguments, its answer's text or a secret.
+type Upstream struct {
+	Name       string  `json:"name"`    // the upstream, as the config names it
+	Tool       string  `json:"tool"`    // the upstream's own name of the tool
+	Attempt    int     `json:"attempt"` // from 1; a takeover adds one
+	End        string  `json:"end"`     // how the call ended (handlers/upstream's End)
+	DurationMS float64 `json:"duration_ms"`
+	// AnswerDigest is the SHA-256 of the answer's bytes as they arrived,
+	// hex-encoded, when one arrived.
+	AnswerDigest string `json:"answer_digest,omitempty"`
+}
+
+// Resolution is what a resolution event records of the unknown write it
+// resolves: that write's event, principal and key, and the finding
+// (idempotency.Applied or idempotency.NotApplied).
+type Resolution struct {
+	Event     string `json:"event"`
+	Principal string `json:"principal"`
+	Key       string `json:"key"`
+	Finding   string `json:"finding"`
 }
 
 // Target is an entity a write touched.

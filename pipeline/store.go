@@ -98,6 +98,23 @@ type Keys interface {
 	// ForEach calls fn with every record, expired or not, stopping at the
 	// first error fn returns: for the checks of Check.
 	ForEach(fn func(*idempotency.Record) error) error
+
+	// Writes outside the store (docs/DESIGN.md section 5b).
+
+	// Delete removes principal's record of key, if any: a pending record
+	// whose call provably never left writerd. The caller has claimed the
+	// key and checked the fence.
+	Delete(principal, key string) error
+	// Unsettled calls fn with every pending record and every unknown one
+	// not yet resolved, oldest CreatedAt first, stopping at the first
+	// error fn returns: for takeover, writerd outcome list and the
+	// metrics. It reads an index of its own, never every record.
+	Unsettled(fn func(*idempotency.Record) error) error
+	// Secret returns the store's secret for upstream keys, 32 random
+	// bytes made once in the store's life and the same for every replica:
+	// in a write transaction it makes and stores it if there is none; in
+	// a read transaction it returns nil then.
+	Secret() ([]byte, error)
 }
 
 // Audit is the audit log (docs/DESIGN.md section 7) in one transaction:

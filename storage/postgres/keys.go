@@ -186,3 +186,11 @@ func (k keys) ForEach(fn func(*idempotency.Record) error) error {
 	}
 	return k.t.check("read the keys' records", rows.Err())
 }
+
+// errNotYet marks the capabilities of writes outside the store that
+// this backend does not keep yet.
+var errNotYet = errors.New("postgres: writes outside the store are not supported yet")
+
+func (k keys) Delete(principal, key string) error                 { return errNotYet }
+func (k keys) Unsettled(fn func(*idempotency.Record) error) error { return errNotYet }
+func (k keys) Secret() ([]byte, error)                            { return nil, errNotYet }

@@ -1,0 +1,12 @@
+// Package upstream puts the tools of upstream MCP servers behind writerd
+// (docs/DESIGN.md section 5b, docs/UPSTREAMS.md): the config file that
+// declares them, the supervised connection to each (a stdio child that
+// writerd starts, or Streamable HTTP), the pins of their definitions, and
+// the pipeline tools that export them, each write claimed by a pending
+// record before it leaves.
+//
+// Nothing an upstream says is trusted: its tool annotations are hints,
+// its definitions are pinned by the operator, its answers pass the strict
+// parse, and its text (error messages, stderr, results that cannot be
+// returned) never reaches a caller or the info-level log.
+package upstream
