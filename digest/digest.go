@@ -1,8 +1,10 @@
 package digest
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"sync"
 )
 
@@ -113,6 +115,23 @@ func Request(tool string, args Args) string {
 	h.Write([]byte{0})
 	h.Write([]byte(tool))
 	h.Write([]byte{0})
+	args.writeRequest(h)
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
+}
+
+// Request returns the canonical arguments without their top-level
+// "idempotency_key" and "confirm" members: what the request digest is
+// over, and what a write outside the store sends upstream.
+func (a Args) Request() []byte {
+	var b bytes.Buffer
+	a.writeRequest(&b)
+	return b.Bytes()
+}
+
+// writeRequest writes the canonical arguments without the members the
+// digest leaves out.
+func (args Args) writeRequest(h io.Writer) {
 	c := args.Bytes()
 	if len(args.omit) == 0 {
 		h.Write(c)
@@ -143,8 +162,6 @@ func Request(tool string, args Args) string {
 		}
 		h.Write(c[len(c)-1:])
 	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
 }
 
 // trimCommas drops the commas that separated a run of members from the

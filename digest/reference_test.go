@@ -321,3 +321,45 @@ func writeObject(rng *rand.Rand, b *bytes.Buffer, depth int, faults bool) {
 func sp(rng *rand.Rand) string {
 	return []string{"", "", "", " ", "\n\t", "\r\n "}[rng.IntN(6)]
 }
+
+// Ensure Args.Request, the arguments a write outside the store sends
+// upstream, are the reference's canonical arguments without the two
+// members, and exactly what the request digest hashes.
+func TestArgs_RequestAgreesWithReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	names := []string{"idempotency_key", "confirm", "a", "b", "confirn", "idempotency_kez", "z", "", "\u00e9", "\U0001F600"}
+	for range 2000 {
+		var b strings.Builder
+		b.WriteByte('{')
+		for i, n := range rng.Perm(len(names))[:rng.IntN(len(names)+1)] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%q:%s", names[n], randomValid(rng, 2))
+		}
+		b.WriteByte('}')
+		args, err := digest.CanonicalArgs([]byte(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := args.Request()
+		var members map[string]jsontext.Value
+		if err := json.Unmarshal(args.Bytes(), &members); err != nil {
+			t.Fatal(err)
+		}
+		delete(members, "idempotency_key")
+		delete(members, "confirm")
+		obj, _ := json.Marshal(members)
+		want, err := referenceCanonical(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("Request() of %s = %s, want %s", b.String(), got, want)
+		}
+		sum := sha256.Sum256(slices.Concat([]byte(digest.Domain+"\x00t\x00"), got))
+		if hex.EncodeToString(sum[:]) != digest.Request("t", args) {
+			t.Fatalf("Request() of %s is not what the digest hashes", b.String())
+		}
+	}
+}

@@ -142,6 +142,12 @@ func (p *Pipeline[D]) settled(reqID string, rec *idempotency.Record, digest stri
 	case idempotency.Replay:
 		p.cfg.Metrics.Idempotency("replayed")
 		return &Result{RequestID: reqID, Outcome: OutcomeReplayed, Output: rec.Result, AuditID: rec.AuditID, Replayed: true}
+	case idempotency.Unsure:
+		p.cfg.Metrics.Idempotency("unknown")
+		return &Result{RequestID: reqID, Outcome: OutcomeConflict, AuditID: rec.AuditID,
+			Err: Errorf(UnknownOutcome, "%s", unknownMessage(rec.AuditID, rec))}
+	case idempotency.Wait:
+		return p.inUse(reqID)
 	case idempotency.Refail:
 		p.cfg.Metrics.Idempotency("failed")
 		return &Result{RequestID: reqID, Outcome: OutcomeConflict, Err: Errorf(KeyFailed,

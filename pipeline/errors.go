@@ -29,6 +29,11 @@ const (
 	KeyInUse             Code = "IDEMPOTENCY_KEY_IN_USE"
 	Unavailable          Code = "UNAVAILABLE"
 	Internal             Code = "INTERNAL"
+	// UpstreamRefused and UnknownOutcome are the codes of writes outside
+	// the store (docs/DESIGN.md section 5b): only the pipeline's external
+	// path answers them, each with one audit event.
+	UpstreamRefused Code = "UPSTREAM_REFUSED"
+	UnknownOutcome  Code = "OUTCOME_UNKNOWN"
 	// Unauthenticated is the HTTP transports' own: no token, or one that
 	// is not valid. No tool runs.
 	Unauthenticated Code = "UNAUTHENTICATED"
@@ -55,24 +60,29 @@ type entry struct {
 	// pipeline records them as a refusal with one audit event. Any other
 	// error from a handler is INTERNAL.
 	domain bool
+	// external marks the codes of a write outside the store, each
+	// recorded with one audit event.
+	external bool
 }
 
 var catalogue = map[Code]entry{
-	InvalidInput:         {http.StatusBadRequest, RetryNewKey, false},
-	InputTooLarge:        {http.StatusRequestEntityTooLarge, RetryNewKey, false},
-	PermissionDenied:     {http.StatusForbidden, RetryNever, false},
-	ConfirmationRequired: {http.StatusPreconditionRequired, RetrySameKey, false},
-	NotFound:             {http.StatusNotFound, RetryNewKey, true},
-	RevisionConflict:     {http.StatusConflict, RetryNewKey, true},
-	AlreadyExists:        {http.StatusConflict, RetryNewKey, true},
-	RecordLocked:         {http.StatusConflict, RetryNewKey, true},
-	ProjectNotEmpty:      {http.StatusConflict, RetryNewKey, true},
-	KeyReused:            {http.StatusUnprocessableEntity, RetryNewKey, false},
-	KeyFailed:            {http.StatusConflict, RetryNewKey, false},
-	KeyInUse:             {http.StatusConflict, RetrySameKey, false},
-	Unavailable:          {http.StatusServiceUnavailable, RetrySameKey, false},
-	Internal:             {http.StatusInternalServerError, RetrySameKey, false},
-	Unauthenticated:      {http.StatusUnauthorized, RetryNever, false},
+	InvalidInput:         {http.StatusBadRequest, RetryNewKey, false, false},
+	InputTooLarge:        {http.StatusRequestEntityTooLarge, RetryNewKey, false, false},
+	PermissionDenied:     {http.StatusForbidden, RetryNever, false, false},
+	ConfirmationRequired: {http.StatusPreconditionRequired, RetrySameKey, false, false},
+	NotFound:             {http.StatusNotFound, RetryNewKey, true, false},
+	RevisionConflict:     {http.StatusConflict, RetryNewKey, true, false},
+	AlreadyExists:        {http.StatusConflict, RetryNewKey, true, false},
+	RecordLocked:         {http.StatusConflict, RetryNewKey, true, false},
+	ProjectNotEmpty:      {http.StatusConflict, RetryNewKey, true, false},
+	KeyReused:            {http.StatusUnprocessableEntity, RetryNewKey, false, false},
+	KeyFailed:            {http.StatusConflict, RetryNewKey, false, false},
+	KeyInUse:             {http.StatusConflict, RetrySameKey, false, false},
+	Unavailable:          {http.StatusServiceUnavailable, RetrySameKey, false, false},
+	Internal:             {http.StatusInternalServerError, RetrySameKey, false, false},
+	Unauthenticated:      {http.StatusUnauthorized, RetryNever, false, false},
+	UpstreamRefused:      {http.StatusUnprocessableEntity, RetryNewKey, false, true},
+	UnknownOutcome:       {http.StatusBadGateway, RetryNever, false, true},
 }
 
 // Codes returns every code of the catalogue, sorted.
@@ -81,13 +91,14 @@ func Codes() []Code {
 }
 
 // AuditedCodes returns, sorted, the codes a failed write's audit event
-// can carry: the domain codes a handler refuses a write with, and
-// INTERNAL. The others refuse a call before its write runs (or, for
-// UNAVAILABLE, record nothing), so no audit event carries them.
+// can carry: the domain codes a handler refuses a write with, those of a
+// write outside the store, and INTERNAL. The others refuse a call before
+// its write runs (or, for UNAVAILABLE, record nothing), so no audit
+// event carries them.
 func AuditedCodes() []Code {
 	var codes []Code
 	for c, e := range catalogue {
-		if e.domain || c == Internal {
+		if e.domain || e.external || c == Internal {
 			codes = append(codes, c)
 		}
 	}

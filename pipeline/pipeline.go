@@ -38,6 +38,18 @@ type Config[D any] struct {
 	// fails its self-check, whose events no checkpoint would cover.
 	Refuse func() error
 
+	// Writes outside the store (docs/DESIGN.md section 5b). Origin is the
+	// audit log's origin, which upstream keys are made over. Lease is how
+	// long a pending record's owner may go without renewing it before
+	// another process may take it over (default DefaultLease); its owner
+	// renews it every third of it. Sends bounds the sendings of one
+	// attempt of a tool that may be re-driven, Attempts the attempts of
+	// one write (defaults DefaultSends, DefaultAttempts).
+	Origin   string
+	Lease    time.Duration
+	Sends    int
+	Attempts int
+
 	Logger  *slog.Logger     // default: discard
 	Metrics *metrics.Metrics // default: nil, which counts nothing
 	Now     func() time.Time // default: time.Now
@@ -75,6 +87,10 @@ type Pipeline[D any] struct {
 
 	clockMu sync.Mutex
 	last    time.Time // the latest time now gave
+
+	// owner names this pipeline as the owner of the pending records it
+	// makes and takes over.
+	owner string
 }
 
 var _ Service = (*Pipeline[any])(nil)
@@ -100,7 +116,16 @@ func New[D any](cfg Config[D]) *Pipeline[D] {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	p := &Pipeline[D]{cfg: cfg, log: cfg.Logger, tools: make(map[string]*Tool[D])}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Sends <= 0 {
+		cfg.Sends = DefaultSends
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = DefaultAttempts
+	}
+	p := &Pipeline[D]{cfg: cfg, log: cfg.Logger, tools: make(map[string]*Tool[D]), owner: ulid.Make().String()}
 	p.tools[OutcomeToolName] = outcomeTool[D]()
 	return p
 }
@@ -181,6 +206,15 @@ func (p *Pipeline[D]) Call(ctx context.Context, c Caller, tool string, args []by
 	if err != nil {
 		return p.reject(ctx, err)
 	}
+	if t.external != nil {
+		switch in := in.(type) {
+		case *readInput:
+			in.args = canonical.Request()
+			return p.readExternal(ctx, c, t, in)
+		case *externalInput:
+			in.args = canonical.Request()
+		}
+	}
 	if t.ReadOnly {
 		return p.read(ctx, c, t, in)
 	}
@@ -191,6 +225,9 @@ func (p *Pipeline[D]) Call(ctx context.Context, c Caller, tool string, args []by
 	}
 	if err := p.confirm(ctx, c, t, in); err != nil { // stage 6
 		return p.reject(ctx, err)
+	}
+	if t.external != nil {
+		return p.writeExternal(ctx, c, t, in.(*externalInput), d, start)
 	}
 	// Idempotency, the handler and the audit event, through the one commit
 	// path; a failed handler's changes roll back and its receipt and audit
@@ -261,6 +298,9 @@ func (p *Pipeline[D]) authorize(c Caller, name string) (*Tool[D], error) {
 			return t, Errorf(PermissionDenied, "The caller's scopes do not allow this tool; it needs a token with the read scope.")
 		}
 		return t, Errorf(PermissionDenied, "The caller's scopes do not allow this tool; it needs a token with the write scope.")
+	}
+	if t.Scope != "" && !c.Holds(t.Scope) {
+		return t, Errorf(PermissionDenied, "The caller's scopes do not allow this tool; it needs a token with the %s scope as well.", t.Scope)
 	}
 	return t, nil
 }

@@ -16,6 +16,10 @@ const (
 	OutcomeRefused  Outcome = "refused"  // the handler refused with a domain code
 	OutcomeConflict Outcome = "conflict" // the idempotency key forbade the call
 	OutcomeError    Outcome = "error"    // UNAVAILABLE or INTERNAL
+	// OutcomeUnknown: a write outside the store whose outcome cannot be
+	// known (OUTCOME_UNKNOWN, recorded with its event). A write outside
+	// the store that the upstream refused is OutcomeRefused.
+	OutcomeUnknown Outcome = "unknown"
 )
 
 // Result is the answer to one call, for a transport to render.

@@ -90,6 +90,9 @@ type Tool[D any] struct {
 	*ToolInfo
 	run     func(ctx context.Context, op *Op[D], in any) (any, error)
 	preview func(ctx context.Context, op *Op[D], in any) (any, error)
+	// external is set on a tool whose effect is outside the store
+	// (DefineExternal): it has no run.
+	external *external
 }
 
 // ToolInfo is what a client sees of a tool (its name, kind and schemas),
@@ -101,6 +104,9 @@ type ToolInfo struct {
 	ReadOnly    bool
 	Destructive bool // deletes: needs "confirm": true
 	Overwrites  bool // changes existing data without deleting it
+	// Scope, if set, is a scope the caller must also hold: an upstream's
+	// own (docs/UPSTREAMS.md).
+	Scope string
 	// InputSchema and OutputSchema are the JSON Schemas (draft 2020-12)
 	// generated from the Go types: the advertised ones are the enforced ones.
 	InputSchema  json.RawMessage
