@@ -155,6 +155,26 @@ func prerequisites(root string) []prerequisite {
 			},
 		},
 		{
+			name: "server-memory", enables: "the tests of a real upstream MCP server (@modelcontextprotocol/server-memory 2026.8.31 over stdio) and of the MCP Inspector's CLI (inspector-cli 1.0.3), on the pinned Node 22",
+			get:      "bash .ci/conformance   (npm ci installs both in .ci/conformance.d); or WRITERD_SERVER_MEMORY and WRITERD_INSPECTOR_CLI naming the packages' directories",
+			required: "WRITERD_TEST_SERVER_MEMORY_REQUIRED",
+			find: func() (string, error) {
+				modules := filepath.Join(root, ".ci", "conformance.d", "node_modules", "@modelcontextprotocol")
+				var found []string
+				for _, p := range []struct{ env, name string }{{"WRITERD_SERVER_MEMORY", "server-memory"}, {"WRITERD_INSPECTOR_CLI", "inspector-cli"}} {
+					dir, where := os.Getenv(p.env), p.env
+					if dir == "" {
+						dir, where = filepath.Join(modules, p.name), ".ci/conformance.d"
+					}
+					if _, err := os.Stat(filepath.Join(dir, "package.json")); err != nil {
+						return "", fmt.Errorf("no @modelcontextprotocol/%s in %s", p.name, where)
+					}
+					found = append(found, dir)
+				}
+				return strings.Join(found, ", "), nil
+			},
+		},
+		{
 			name: "curl", enables: "the README's and docs' blocks, which the transcript tests run as written (TestREADME_*, TestBackup_ReadmeBlock)",
 			get: "Debian: apt-get install curl",
 			find: func() (string, error) {

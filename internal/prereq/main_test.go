@@ -10,7 +10,8 @@ import (
 // exits 1 only where CI's variable requires a missing one.
 func TestRun_ListsEachPrerequisite(t *testing.T) {
 	for _, env := range []string{"PATH", "WRITERD_TEST_POSTGRES", "WRITERD_LITEWITNESS", "WRITERD_CHROMIUM",
-		"WRITERD_TEST_POSTGRES_REQUIRED", "WRITERD_TEST_WITNESS_REQUIRED", "WRITERD_TEST_BROWSER_REQUIRED", "WRITERD_TEST_NODE_REQUIRED"} {
+		"WRITERD_SERVER_MEMORY", "WRITERD_INSPECTOR_CLI", "WRITERD_TEST_POSTGRES_REQUIRED", "WRITERD_TEST_WITNESS_REQUIRED",
+		"WRITERD_TEST_BROWSER_REQUIRED", "WRITERD_TEST_NODE_REQUIRED", "WRITERD_TEST_SERVER_MEMORY_REQUIRED"} {
 		t.Setenv(env, "")
 	}
 	pgGlob = t.TempDir() + "/*/bin/initdb"
@@ -18,13 +19,13 @@ func TestRun_ListsEachPrerequisite(t *testing.T) {
 	if code := run(&out, t.TempDir()); code != 0 {
 		t.Fatalf("nothing required, exit %d:\n%s", code, out.String())
 	}
-	for _, name := range []string{"PostgreSQL", "litewitness", "Chromium", "Node and the TS SDK", "curl", "a C compiler"} {
+	for _, name := range []string{"PostgreSQL", "litewitness", "Chromium", "Node and the TS SDK", "server-memory", "curl", "a C compiler"} {
 		if !strings.Contains(out.String(), "  missing  "+name+" ") {
 			t.Errorf("no line saying %s is missing:\n%s", name, out.String())
 		}
 	}
-	if n := strings.Count(out.String(), "enables: "); n != 6 || strings.Count(out.String(), "to get it: ") != 6 {
-		t.Errorf("%d lines of what the missing ones enable, want 6 with how to get each:\n%s", n, out.String())
+	if n := strings.Count(out.String(), "enables: "); n != 7 || strings.Count(out.String(), "to get it: ") != 7 {
+		t.Errorf("%d lines of what the missing ones enable, want 7 with how to get each:\n%s", n, out.String())
 	}
 	t.Setenv("WRITERD_TEST_POSTGRES_REQUIRED", "1")
 	out.Reset()
