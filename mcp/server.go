@@ -66,15 +66,15 @@ func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 	})
 	h := handler(p, opts.Caller)
 	tools := map[string]bool{}
-	readOnly := map[string]bool{}
+	infos := map[string]*pipeline.ToolInfo{}
 	for _, t := range p.Tools() {
-		readOnly[t.Name] = t.ReadOnly
+		infos[t.Name] = t
 		srv.AddTool(toolOf(t), h)
 		// A tool with parameters in headers (x-mcp-header) has them
 		// checked by the SDK.
 		tools[t.Name] = !bytes.Contains(t.InputSchema, []byte("x-mcp-header"))
 	}
-	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered, toolsByScope(opts.Caller, readOnly)}, opts.Middleware...)...)
+	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered, toolsByScope(opts.Caller, infos)}, opts.Middleware...)...)
 	if !opts.DisableFastPath && len(opts.Middleware) == 0 {
 		versions := protocolsFrom(opts.MinProtocol)
 		if versions == nil {
@@ -160,11 +160,12 @@ func Render(res *pipeline.Result) *sdk.CallToolResult {
 	}
 }
 
-// toolsByScope lists to each caller only the tools its scopes allow: the
-// read tools with the read scope, the write tools with the write scope, so
-// that a read-only token is offered no write it would be refused. The list
+// toolsByScope lists to each caller only the tools its scopes allow
+// (pipeline.Allowed): the read tools with the read scope, the write tools
+// with the write scope, an upstream's tools only with its scope too, so
+// that a token is offered no tool it would be refused. The list
 // then depends on the caller, so a cache may keep it for that caller only.
-func toolsByScope(caller CallerFunc, readOnly map[string]bool) sdk.Middleware {
+func toolsByScope(caller CallerFunc, infos map[string]*pipeline.ToolInfo) sdk.Middleware {
 	return func(next sdk.MethodHandler) sdk.MethodHandler {
 		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 			res, err := next(ctx, method, req)
@@ -172,15 +173,11 @@ func toolsByScope(caller CallerFunc, readOnly map[string]bool) sdk.Middleware {
 			if method != "tools/list" || err != nil || !ok || list == nil {
 				return res, err
 			}
-			scopes := caller(ctx, &sdk.CallToolRequest{Extra: req.GetExtra()}).Scopes
+			c := caller(ctx, &sdk.CallToolRequest{Extra: req.GetExtra()})
 			filtered := *list
 			filtered.Tools = make([]*sdk.Tool, 0, len(list.Tools))
 			for _, t := range list.Tools {
-				need := pipeline.ScopeWrite
-				if ro, known := readOnly[t.Name]; known && ro {
-					need = pipeline.ScopeRead
-				}
-				if scopes.Has(need) {
+				if info, known := infos[t.Name]; !known || pipeline.Allowed(c, info) {
 					filtered.Tools = append(filtered.Tools, t)
 				}
 			}

@@ -56,7 +56,8 @@ func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, d
 	var out []byte
 	err = p.update(ctx, func(tx Tx[D]) (err error) {
 		defer recoverInto(&err)
-		op.Store, op.Now, op.targets = tx.Domain(), p.now(), nil
+		op.Store, op.Now, op.targets, op.keys = tx.Domain(), p.now(), nil, tx.Keys()
+		op.resolves, op.appended = nil, nil
 		if rec, err = p.claim(tx, c.Principal, key, digest, op.Now, deadline); rec != nil || err != nil {
 			return err
 		}
@@ -67,8 +68,14 @@ func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, d
 			return err
 		}
 		p.finishEvent(ev, op.Now, op.targets, start, nil)
+		ev.Resolves = op.resolves
 		if err := tx.Audit().Append(ev); err != nil {
 			return err
+		}
+		if op.appended != nil {
+			if err := op.appended(ev); err != nil {
+				return err
+			}
 		}
 		return tx.Keys().Put(p.record(ev, op.Now, idempotency.Completed, out, ""))
 	})

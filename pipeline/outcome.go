@@ -28,6 +28,7 @@ const (
 	WriteRunning   = "running"   // a call with the key is held by this process, or has begun its write on any process
 	WriteCompleted = "completed" // it ran: result is what a replay returns
 	WriteFailed    = "failed"    // it was refused: code says why
+	WriteUnknown   = "unknown"   // a write outside the store whose outcome cannot be known; resolution, once an operator found it
 )
 
 // RunningKeys is implemented by the Keys of a store several processes
@@ -46,7 +47,7 @@ type WriteOutcomeInput struct {
 
 // WriteOutcome is get_write_outcome's answer.
 type WriteOutcome struct {
-	State string `json:"state" jsonschema:"enum=none,enum=running,enum=completed,enum=failed" jsonschema_description:"none: nothing with this key is committed and no claim on it is held (it never arrived, its key expired, or it is still in flight on another replica and has not begun there), so sending the call again with the same key is safe and never runs it twice; running: a call with this key is running now, so ask again shortly; completed: it ran, and result is its answer; failed: it was refused, and code says why."`
+	State string `json:"state" jsonschema:"enum=none,enum=running,enum=completed,enum=failed,enum=unknown" jsonschema_description:"none: nothing with this key is committed and no claim on it is held (it never arrived, its key expired, or it is still in flight on another replica and has not begun there), so sending the call again with the same key is safe and never runs it twice; running: a call with this key is running now (for an upstream's tool: since is when it began, attempt its attempt), so ask again shortly; completed: it ran, and result is its answer; failed: it was refused, and code says why; unknown: it may have reached an upstream and its outcome cannot be known, it is never sent again, and resolution says what an operator found, once one did."`
 	// Tool is the write's tool, when it completed or failed.
 	Tool string `json:"tool,omitempty" jsonschema_description:"The tool the write called."`
 	// Result is the structured result, byte for byte what a replay of the
@@ -59,6 +60,13 @@ type WriteOutcome struct {
 	// ExpiresAt is when the key's record expires: from then on the key is
 	// new again, and the state none.
 	ExpiresAt *time.Time `json:"expires_at,omitempty" jsonschema_description:"When the key expires: from then on the state is none and the key runs a new write."`
+	// Since and Attempt describe a running write outside the store.
+	Since   *time.Time `json:"since,omitempty" jsonschema_description:"When a running write to an upstream began."`
+	Attempt int        `json:"attempt,omitempty" jsonschema:"minimum=1,maximum=1000" jsonschema_description:"The attempt of a running write to an upstream: 1, and one more each time another process took it over."`
+	// Resolution is an operator's finding on an unknown write, and
+	// ResolutionID the audit event that recorded it.
+	Resolution   string `json:"resolution,omitempty" jsonschema:"enum=applied,enum=not_applied" jsonschema_description:"What an operator found of an unknown write: applied (it took effect) or not_applied."`
+	ResolutionID string `json:"resolution_id,omitempty" jsonschema:"maxLength=26" jsonschema_description:"The audit event of the resolution."`
 }
 
 // outcomeTool is get_write_outcome, for a pipeline of domain D.
@@ -67,7 +75,7 @@ func outcomeTool[D any]() *Tool[D] {
 		Name:  OutcomeToolName,
 		Title: "Get a write's outcome",
 		Description: "Tells what became of a write this caller sent with an idempotency_key, without running anything: " +
-			"none (nothing committed and no claim held: it never arrived, it expired, or it is still in flight; sending it again with the same key is safe and never runs it twice), running, completed (with the result a retry would return) or failed (with its code). " +
+			"none (nothing committed and no claim held: it never arrived, it expired, or it is still in flight; sending it again with the same key is safe and never runs it twice), running, completed (with the result a retry would return), failed (with its code) or unknown (a write to an upstream that may have taken effect: never sent again; with an operator's resolution once there is one). " +
 			"Use it when a write's answer was lost, for example after a timeout or a broken connection, before deciding to send it again.",
 		ReadOnly: true,
 		Run: func(ctx context.Context, op *Op[D], in *WriteOutcomeInput) (*WriteOutcome, error) {
@@ -83,12 +91,21 @@ func (op *Op[D]) outcome(principal, key string) (*WriteOutcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec != nil && op.Now.Before(rec.ExpiresAt) {
-		expires := rec.ExpiresAt.UTC()
-		o := &WriteOutcome{Tool: rec.Tool, AuditID: rec.AuditID, ExpiresAt: &expires}
+	if rec != nil && !rec.Expired(op.Now) {
+		o := &WriteOutcome{Tool: rec.Tool, AuditID: rec.AuditID}
+		if rec.ExpiresAt.Before(idempotency.Never) {
+			expires := rec.ExpiresAt.UTC()
+			o.ExpiresAt = &expires
+		}
 		switch rec.State {
 		case idempotency.Completed:
 			o.State, o.Result = WriteCompleted, rec.Result
+		case idempotency.Pending:
+			since := rec.CreatedAt.UTC()
+			o.State, o.Since, o.Attempt = WriteRunning, &since, rec.Attempt
+		case idempotency.Unknown:
+			o.State, o.Code = WriteUnknown, rec.Code
+			o.Resolution, o.ResolutionID = rec.Resolution, rec.ResolutionID
 		default:
 			o.State, o.Code = WriteFailed, rec.Code
 		}

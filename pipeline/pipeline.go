@@ -68,7 +68,8 @@ const (
 type Service interface {
 	// Call runs a call through every stage; see Pipeline.Call.
 	Call(ctx context.Context, c Caller, tool string, args []byte) *Result
-	// Tools returns the registered tools sorted by name.
+	// Tools returns the registered tools agents are offered, sorted by
+	// name.
 	Tools() []*ToolInfo
 	// Tool returns the registered tool of this name, or nil.
 	Tool(name string) *ToolInfo
@@ -95,8 +96,9 @@ type Pipeline[D any] struct {
 
 var _ Service = (*Pipeline[any])(nil)
 
-// New returns a Pipeline with one tool registered, the outcome tool
-// (get_write_outcome, outcome.go), which every pipeline answers alike.
+// New returns a Pipeline with two tools registered, which every pipeline
+// answers alike: the outcome tool (get_write_outcome, outcome.go) and the
+// resolution of an unknown outcome (resolve_write_outcome, resolve.go).
 func New[D any](cfg Config[D]) *Pipeline[D] {
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits
@@ -127,6 +129,7 @@ func New[D any](cfg Config[D]) *Pipeline[D] {
 	}
 	p := &Pipeline[D]{cfg: cfg, log: cfg.Logger, tools: make(map[string]*Tool[D]), owner: ulid.Make().String()}
 	p.tools[OutcomeToolName] = outcomeTool[D]()
+	p.tools[ResolveToolName] = resolveTool[D](p)
 	return p
 }
 
@@ -157,12 +160,18 @@ func (p *Pipeline[D]) tool(name string) *Tool[D] {
 	return p.tools[name]
 }
 
-// Tools returns the registered tools sorted by name.
+// Tools returns the registered tools that agents are offered, sorted by
+// name: every one but the operator's (resolve_write_outcome, which needs
+// the admin scope and is called through the direct API by writerd
+// outcome resolve).
 func (p *Pipeline[D]) Tools() []*ToolInfo {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	ts := make([]*ToolInfo, 0, len(p.tools))
 	for _, t := range p.tools {
+		if t.need == ScopeAdmin {
+			continue
+		}
 		ts = append(ts, t.ToolInfo)
 	}
 	sortTools(ts)
@@ -282,6 +291,19 @@ func (p *Pipeline[D]) now() time.Time {
 	return t
 }
 
+// Allowed reports whether c's scopes allow the tool t (stage 1): what
+// tools/list offers a caller.
+func Allowed(c Caller, t *ToolInfo) bool {
+	need := ScopeWrite
+	if t.ReadOnly {
+		need = ScopeRead
+	}
+	if t.need != 0 {
+		need = t.need
+	}
+	return c.Scopes.Has(need) && (t.Scope == "" || c.Holds(t.Scope))
+}
+
 // authorize is stage 1. It returns the tool whenever it exists, a denied
 // call's too, so that the call counts under its tool.
 func (p *Pipeline[D]) authorize(c Caller, name string) (*Tool[D], error) {
@@ -292,6 +314,12 @@ func (p *Pipeline[D]) authorize(c Caller, name string) (*Tool[D], error) {
 	need := ScopeWrite
 	if t.ReadOnly {
 		need = ScopeRead
+	}
+	if t.need != 0 {
+		need = t.need
+	}
+	if need == ScopeAdmin && !c.Scopes.Has(need) {
+		return t, Errorf(PermissionDenied, "The caller's scopes do not allow this tool; it needs a token with the admin scope.")
 	}
 	if !c.Scopes.Has(need) {
 		if t.ReadOnly {

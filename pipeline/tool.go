@@ -107,6 +107,9 @@ type ToolInfo struct {
 	// Scope, if set, is a scope the caller must also hold: an upstream's
 	// own (docs/UPSTREAMS.md).
 	Scope string
+	// need, if set, is the scope the tool needs instead of read or write
+	// (the resolution tool's admin).
+	need Scope
 	// InputSchema and OutputSchema are the JSON Schemas (draft 2020-12)
 	// generated from the Go types: the advertised ones are the enforced ones.
 	InputSchema  json.RawMessage
@@ -352,10 +355,14 @@ type Op[D any] struct {
 	Caller Caller
 
 	targets []auditlog.Target
-	// keys and running are the read transaction's idempotency records and
-	// the process's calls in flight, for the outcome tool.
+	// keys and running are the transaction's idempotency records and
+	// the process's calls in flight, for the outcome tools.
 	keys    Keys
 	running func(principal, key string) bool
+	// resolves and appended are the resolution tool's: the event's
+	// resolves member, and what to write once the event has its id.
+	resolves *auditlog.Resolution
+	appended func(*auditlog.Event) error
 }
 
 // NewID returns a new ULID for an entity the handler creates.
