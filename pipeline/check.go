@@ -16,11 +16,13 @@ import (
 //   - audit sequence numbers dense from 1, and event times non-decreasing
 //     in sequence order (the pipeline takes a call's time inside its write
 //     transaction, and Append keeps it no earlier than the last event's);
-//   - every idempotency record points at the audit event of its
-//     principal, key and digest;
+//   - every idempotency record but a pending one (whose call is on its
+//     way, with no event yet) points at the audit event of its principal,
+//     key and digest, an unknown record at one of outcome unknown;
 //   - one event per live record: for each record not expired at now,
 //     exactly one audit event of its principal and key lies at or after
-//     the record's creation, and it is the record's event.
+//     the record's creation, and it is the record's event (an unknown
+//     record's resolution event aside).
 //
 // It reads the whole log and every record, in tx. A backend adds its own
 // physical checks (a file's pages, an index against what it indexes);
@@ -54,15 +56,20 @@ func CheckEvents[D any](tx Tx[D], events []*auditlog.Event, now time.Time) error
 		byKey[k] = append(byKey[k], e)
 	}
 	err := tx.Keys().ForEach(func(r *idempotency.Record) error {
+		if r.State == idempotency.Pending {
+			return nil // its call is on its way: no event yet
+		}
 		if e := byID[r.AuditID]; e == nil || e.IdempotencyKey != r.Key || e.Principal != r.Principal || e.Digest != r.Digest {
 			errs = append(errs, fmt.Errorf("idempotency record %s/%s has no audit event of its key and digest", r.Principal, r.Key))
+		} else if r.State == idempotency.Unknown && e.Outcome != auditlog.Unknown {
+			errs = append(errs, fmt.Errorf("idempotency record %s/%s is unknown, its audit event %s", r.Principal, r.Key, e.Outcome))
 		}
 		if r.Expired(now) {
 			return nil
 		}
 		var since []*auditlog.Event
 		for _, e := range byKey[[2]string{r.Principal, r.Key}] {
-			if !e.Time.Before(r.CreatedAt) {
+			if !e.Time.Before(r.CreatedAt) && (r.ResolutionID == "" || e.ID != r.ResolutionID) {
 				since = append(since, e)
 			}
 		}

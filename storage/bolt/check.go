@@ -16,7 +16,8 @@ import (
 //   - the file's own consistency (bbolt's Tx.Check: every page reachable
 //     once or free, keys in order);
 //   - the idempotency index names each record once, by its principal and
-//     key.
+//     key, every record decodes, and the unsettled index names each
+//     pending record and unknown one without a resolution once.
 //
 // What every backend promises is checked through the interfaces, by
 // pipeline.Check and the domain's own check (handlers.Check); a domain on

@@ -1,7 +1,11 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -16,10 +20,45 @@ import (
 // checkpoint's first line is, and it is recorded once: a second claim of
 // another origin is answered with the first, so that a log never changes
 // its key unnoticed.
+//
+// It keeps the secret of upstream keys too (docs/DESIGN.md section 5b),
+// under secretKey: 32 random bytes made by the first write transaction
+// that asks for them and never changed, never logged, and copied with
+// the file by a backup.
 var (
 	metaBucket = []byte("writerd_meta")
 	originKey  = []byte("origin")
+	secretKey  = []byte("upstream_secret")
 )
+
+// secretSize is the size of the secret of upstream keys.
+const secretSize = 32
+
+// secret returns the store's secret of upstream keys, making and storing
+// it in a write transaction if there is none; a read transaction gets nil
+// then.
+func secret(tx *kv.Tx) ([]byte, error) {
+	b := tx.Bucket(metaBucket)
+	if b != nil {
+		if v := b.Get(secretKey); v != nil {
+			return bytes.Clone(v), nil
+		}
+	}
+	if !tx.Writable() {
+		return nil, nil
+	}
+	if b == nil {
+		return nil, errors.New("bolt: meta bucket missing")
+	}
+	s := make([]byte, secretSize)
+	if _, err := rand.Read(s); err != nil {
+		return nil, fmt.Errorf("bolt: make the secret: %w", err)
+	}
+	if err := b.Put(secretKey, s); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(s), nil
+}
 
 // initMeta creates the meta bucket in Open's transaction and, in a file an
 // earlier writerd wrote, which records no origin, records the one its

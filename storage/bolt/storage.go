@@ -186,11 +186,10 @@ func (k keys) HasExpired(now time.Time) (bool, error) {
 func (k keys) Collect(now time.Time, limit int) (int, bool, error) {
 	return boltkeys.Store{}.Collect(k.tx, now, limit)
 }
-
-// errNotYet marks the capabilities of writes outside the store that
-// this backend does not keep yet.
-var errNotYet = errors.New("bolt: writes outside the store are not supported yet")
-
-func (k keys) Delete(principal, key string) error                 { return errNotYet }
-func (k keys) Unsettled(fn func(*idempotency.Record) error) error { return errNotYet }
-func (k keys) Secret() ([]byte, error)                            { return nil, errNotYet }
+func (k keys) Delete(principal, key string) error {
+	return boltkeys.Store{}.Delete(k.tx, principal, key)
+}
+func (k keys) Unsettled(fn func(*idempotency.Record) error) error {
+	return boltkeys.Store{}.Unsettled(k.tx, fn)
+}
+func (k keys) Secret() ([]byte, error) { return secret(k.tx) }

@@ -111,13 +111,25 @@ func (e *Env) Pipeline() *pipeline.Pipeline[handlers.Store] {
 // store holds at a time (bbolt locks its file).
 func (e *Env) Replica() *pipeline.Pipeline[handlers.Store] {
 	e.T.Helper()
+	s := e.ReplicaStore()
+	if s == nil {
+		return nil
+	}
+	p, _ := e.pipelineOn(s)
+	return p
+}
+
+// ReplicaStore opens a second store on the env's data, closed when the
+// test ends, as Replica does, without a pipeline; nil for a backend whose
+// data one store holds at a time.
+func (e *Env) ReplicaStore() Store {
+	e.T.Helper()
 	s, err := e.open()
 	if err != nil {
 		return nil
 	}
 	e.T.Cleanup(func() { s.Close() })
-	p, _ := e.pipelineOn(s)
-	return p
+	return s
 }
 
 func (e *Env) pipeline() (*pipeline.Pipeline[handlers.Store], *prometheus.Registry) {

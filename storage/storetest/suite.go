@@ -34,6 +34,14 @@ var Tests = []Test{
 	{"CancelledCallSpendsNothing", "a call whose caller went away before its write ran (before the key's lock, waiting for it, before the queue, in its batch) is answered UNAVAILABLE with retry same_key and records nothing: no event, no record, and its retry with the same key runs the write once; a write that ran completes whatever its caller does", testCancelled},
 	{"OutcomeOfAQueuedCall", "a call queued in its replica's batch holds no claim in the store: get_write_outcome answers running in its own process and none on another replica, where resending it with the same key runs it once, the queued call then answered from its record", testOutcomeQueued},
 	{"ClaimAcrossProcesses", "a key a write holds on another pipeline (another process) is waited for and replayed, or answered IDEMPOTENCY_KEY_IN_USE; it never runs twice", testClaim},
+	// Section 5b: writes outside the store, in the store.
+	{"PendingRecordRoundTrip", "pending, unknown (resolved or not) and settled records of writes outside the store come back as they were put, every member, their arguments and result byte for byte and their times to the nanosecond, by Get, Claim and after a reopen", testPendingRoundTrip},
+	{"PendingNeverExpires", "the collector never deletes a pending record, even one whose expiry is past, and HasExpired does not count it", testPendingNeverExpires},
+	{"UnknownUntilResolved", "the collector never deletes an unknown record without a resolution, even one whose expiry is past; a resolved one expires at its expiry exactly", testUnknownUntilResolved},
+	{"DeleteLeavesNothing", "Delete removes a record and its index entries: Get answers nil, Unsettled and ForEach leave it out, another principal's same key stays, and the key can be put again", testDeleteLeavesNothing},
+	{"UnsettledOldestFirst", "Unsettled gives every pending record and every unresolved unknown one, oldest created first, never a settled or resolved one, and stops at fn's error", testUnsettledOldestFirst},
+	{"SecretMadeOnce", "the store's secret is 32 random bytes made once: nil in a read transaction before any write asked; the same for two concurrent first uses (on two replicas where the backend has them), after a reopen and on every replica; another store's is another", testSecretMadeOnce},
+	{"FenceRace", "of two concurrent fenced takeovers of one pending record (Claim, Fenced, Put with attempt 2 and an owner of its own), on two replicas where the backend has them, exactly one succeeds and the other sees the fence lost", testFenceRace},
 	// Section 5b: writes outside the store, through the pipeline.
 	{"ExternalWriteOnce", "a write outside the store is recorded pending, durably, before it is sent (get_write_outcome: running, attempt 1), sent once with its arguments and a 43-character upstream key, completed with one event naming its upstream, its record settled without the arguments, and replayed byte for byte without a second sending", testExternalOnce},
 	{"ExternalNotSent", "a call that provably never reached the upstream, or found no slot of it, answers UNAVAILABLE with same_key and leaves no record and no event; its retry runs once", testExternalNotSent},
@@ -72,6 +80,9 @@ func Run(t *testing.T, b Backend) {
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			t.Log(tc.Promise)
+			if outside[tc.Name] && notYet(t, b) {
+				t.Skip("the backend does not keep writes outside the store yet")
+			}
 			tc.Run(t, b)
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -21,12 +22,21 @@ import (
 // record's storage key: the only bucket a write inserts into at a random
 // place, with entries of some 60 bytes.
 //
+// An unsettled record (pending, or unknown with no resolution: writes
+// outside the store, docs/DESIGN.md section 5b) is stored under the
+// largest expiry a key holds, whatever its ExpiresAt, so that collection
+// never reaches it; and the unsettled index holds an entry for each,
+// created-at (8 bytes, big-endian, ordered as signed Unix nanoseconds)
+// then principal 0x00 key, naming the record's storage key, so that Unsettled reads them
+// oldest first without a scan of every record.
+//
 // A store of the earlier layout (one bucket of JSON records by principal
 // and key, and an expiry index beside it) is converted when it opens.
 var (
-	indexBucket  = []byte("idempotency")
-	recordBucket = []byte("idempotency_records")
-	legacyExpiry = []byte("idempotency_expiry")
+	indexBucket     = []byte("idempotency")
+	recordBucket    = []byte("idempotency_records")
+	unsettledBucket = []byte("idempotency_unsettled")
+	legacyExpiry    = []byte("idempotency_expiry")
 )
 
 // recordKeySize is the size of a record's storage key.
@@ -38,8 +48,13 @@ const recordKeySize = 16
 type Store struct{}
 
 // Init creates the buckets; call it once in a writable transaction. A
-// store of the earlier layout is converted.
+// store of the earlier layout is converted; one of the layout before the
+// unsettled index gains it, empty (that writerd wrote no unsettled
+// record).
 func (Store) Init(t *kv.Tx) error {
+	if _, err := t.Bolt().CreateBucketIfNotExists(unsettledBucket); err != nil {
+		return err
+	}
 	if t.Bolt().Bucket(recordBucket) != nil {
 		return nil
 	}
@@ -79,7 +94,8 @@ func (Store) Init(t *kv.Tx) error {
 }
 
 // Current reports whether tx holds records of the current layout, which
-// Init need not convert: what a reader that cannot write needs.
+// Init need not convert: what a reader that cannot write needs. A store
+// without the unsettled index is current: it holds no unsettled record.
 func Current(btx *bolt.Tx) bool {
 	return btx.Bucket(indexBucket) != nil && btx.Bucket(recordBucket) != nil
 }
@@ -98,6 +114,40 @@ func recordKey(expires time.Time, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(k, seq)
 }
 
+// lastNano is the latest time a storage key holds, some time in 2262:
+// the storage key of every record that expires later or never.
+var lastNano = time.Unix(0, math.MaxInt64)
+
+// nanos is t in Unix nanoseconds, the latest a storage key holds if t
+// is later (idempotency.Never is, which UnixNano cannot give).
+func nanos(t time.Time) int64 {
+	if t.After(lastNano) {
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// storageExpiry is the expiry r is stored under: its own, or for an
+// unsettled record, which never expires, the latest a key holds.
+func storageExpiry(r *idempotency.Record) time.Time {
+	if unsettled(r) {
+		return lastNano
+	}
+	return r.ExpiresAt
+}
+
+// unsettled reports whether r is pending, or unknown with no resolution.
+func unsettled(r *idempotency.Record) bool {
+	return r.State == idempotency.Pending || r.State == idempotency.Unknown && r.Resolution == ""
+}
+
+// unsettledKey is a record's key in the unsettled index: its creation
+// time, ordered as signed nanoseconds, then principal 0x00 key.
+func unsettledKey(r *idempotency.Record) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(r.Principal)+1+len(r.Key)), uint64(nanos(r.CreatedAt))^1<<63)
+	return append(k, indexKey(r.Principal, r.Key)...)
+}
+
 // expiryOf reads the expiry out of a record's storage key.
 func expiryOf(k []byte) time.Time { return time.Unix(0, int64(binary.BigEndian.Uint64(k))) }
 
@@ -108,6 +158,37 @@ func buckets(t *kv.Tx) (index, records *kv.Bucket, err error) {
 	}
 	records.SetFillPercent(1)
 	return index, records, nil
+}
+
+// unsettledOf returns the unsettled index, which a write needs; a read
+// of a store of the layout before it (read-only, not given it by Init)
+// gets nil, an index with no entry.
+func unsettledOf(t *kv.Tx) (*kv.Bucket, error) {
+	u := t.Bucket(unsettledBucket)
+	if u == nil && t.Writable() {
+		return nil, errors.New("boltkeys: bucket missing")
+	}
+	return u, nil
+}
+
+// drop deletes the record stored under rk, and its unsettled index entry
+// if it has one, but not its index entry.
+func drop(records, unsettledIdx *kv.Bucket, rk []byte) error {
+	rk = bytes.Clone(rk)
+	if v := records.Get(rk); v != nil {
+		if _, _, open, err := header(v); err != nil {
+			return err
+		} else if open {
+			r, err := unmarshal(v)
+			if err != nil {
+				return err
+			}
+			if err := unsettledIdx.Delete(unsettledKey(r)); err != nil {
+				return err
+			}
+		}
+	}
+	return records.Delete(rk)
 }
 
 // Get returns the record of principal's key, or nil if there is none. It
@@ -128,19 +209,14 @@ func (Store) Get(tx *kv.Tx, principal, key string) (*idempotency.Record, error) 
 	return unmarshal(v)
 }
 
-// Put stores r, replacing an expired record of the same key.
+// Put stores r, replacing the record of the same key (an expired one, or
+// the pending one of a write outside the store that r settles).
 func (Store) Put(tx *kv.Tx, r *idempotency.Record) error {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return err
 	}
-	ik := indexKey(r.Principal, r.Key)
-	if old := index.Get(ik); old != nil {
-		if err := records.Delete(bytes.Clone(old)); err != nil {
-			return err
-		}
-	}
-	seq, err := records.NextSequence()
+	unsettledIdx, err := unsettledOf(tx)
 	if err != nil {
 		return err
 	}
@@ -148,11 +224,99 @@ func (Store) Put(tx *kv.Tx, r *idempotency.Record) error {
 	if err != nil {
 		return err
 	}
-	rk := recordKey(r.ExpiresAt, seq)
+	ik := indexKey(r.Principal, r.Key)
+	if old := index.Get(ik); old != nil {
+		if err := drop(records, unsettledIdx, old); err != nil {
+			return err
+		}
+	}
+	seq, err := records.NextSequence()
+	if err != nil {
+		return err
+	}
+	rk := recordKey(storageExpiry(r), seq)
 	if err := records.Put(rk, v); err != nil {
 		return err
 	}
+	if unsettled(r) {
+		if err := unsettledIdx.Put(unsettledKey(r), rk); err != nil {
+			return err
+		}
+	}
 	return index.Put(ik, rk)
+}
+
+// Delete removes principal's record of key and its index entries, if
+// there is one.
+func (Store) Delete(tx *kv.Tx, principal, key string) error {
+	index, records, err := buckets(tx)
+	if err != nil {
+		return err
+	}
+	unsettledIdx, err := unsettledOf(tx)
+	if err != nil {
+		return err
+	}
+	ik := indexKey(principal, key)
+	rk := index.Get(ik)
+	if rk == nil {
+		return nil
+	}
+	if err := drop(records, unsettledIdx, rk); err != nil {
+		return err
+	}
+	return index.Delete(ik)
+}
+
+// Unsettled calls fn with every pending record and every unknown one
+// with no resolution, the oldest created first, reading the unsettled
+// index and their records only; it stops at the first error fn returns.
+func (Store) Unsettled(tx *kv.Tx, fn func(*idempotency.Record) error) error {
+	_, records, err := buckets(tx)
+	if err != nil {
+		return err
+	}
+	unsettledIdx, err := unsettledOf(tx)
+	if err != nil || unsettledIdx == nil {
+		return err
+	}
+	// The records are read first: fn may write in the transaction.
+	var rs []*idempotency.Record
+	c := unsettledIdx.Cursor()
+	for _, rk := c.First(); rk != nil; _, rk = c.Next() {
+		v := records.Get(rk)
+		if v == nil {
+			return fmt.Errorf("boltkeys: the unsettled index names a missing record")
+		}
+		r, err := unmarshal(v)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, r)
+	}
+	for _, r := range rs {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// expiredFrom moves c from k, v past the unsettled records, which never
+// expire, and reports whether it stopped at a record expired at now. An
+// unsettled record is stored under the latest expiry (storageExpiry), so
+// that it is skipped only if one is stored otherwise: belt and braces.
+func expiredFrom(c *bolt.Cursor, k, v []byte, now time.Time) (rk, rv []byte, expired bool, err error) {
+	for ; k != nil && !now.Before(expiryOf(k)); k, v = c.Next() {
+		_, _, open, err := header(v)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if !open {
+			return k, v, true, nil
+		}
+	}
+	return k, v, false, nil
 }
 
 // HasExpired reports whether any record has expired at now: a read, so
@@ -162,15 +326,23 @@ func (Store) HasExpired(tx *kv.Tx, now time.Time) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	k, _ := records.Cursor().First()
-	return k != nil && !now.Before(expiryOf(k)), nil
+	c := records.Cursor()
+	k, v := c.First()
+	_, _, expired, err := expiredFrom(c, k, v, now)
+	return expired, err
 }
 
 // Collect deletes up to limit expired records, the earliest first, with
-// their index entries: it touches expired records only. It reports how
-// many it deleted and whether expired records remain.
+// their index entries: it touches expired records only, and never an
+// unsettled one (pending, or unknown with no resolution), whatever its
+// expiry. It reports how many it deleted and whether expired records
+// remain.
 func (Store) Collect(tx *kv.Tx, now time.Time, limit int) (deleted int, more bool, err error) {
 	index, records, err := buckets(tx)
+	if err != nil {
+		return 0, false, err
+	}
+	unsettledIdx, err := unsettledOf(tx)
 	if err != nil {
 		return 0, false, err
 	}
@@ -178,17 +350,25 @@ func (Store) Collect(tx *kv.Tx, now time.Time, limit int) (deleted int, more boo
 	var expired []entry
 	c := records.Cursor()
 	k, v := c.First()
-	for ; k != nil && len(expired) < limit && !now.Before(expiryOf(k)); k, v = c.Next() {
+	for {
+		var ok bool
+		if k, v, ok, err = expiredFrom(c, k, v, now); err != nil {
+			return 0, false, err
+		}
+		if !ok || len(expired) == limit {
+			more = ok
+			break
+		}
 		principal, key, err := owner(v)
 		if err != nil {
 			return 0, false, err
 		}
 		expired = append(expired, entry{bytes.Clone(k), indexKey(principal, key)})
+		k, v = c.Next()
 	}
-	more = k != nil && !now.Before(expiryOf(k))
 	// Deleting while a cursor walks the bucket skips items; delete after.
 	for _, e := range expired {
-		if err := records.Delete(e.rk); err != nil {
+		if err := drop(records, unsettledIdx, e.rk); err != nil {
 			return 0, false, err
 		}
 		if err := index.Delete(e.ik); err != nil {
@@ -215,20 +395,36 @@ func (Store) ForEach(tx *kv.Tx, fn func(*idempotency.Record) error) error {
 }
 
 // Check verifies the index against the records, one entry per record
-// naming it by its own principal and key, and returns every problem found,
-// joined.
+// naming it by its own principal and key, and the unsettled index, one
+// entry per unsettled record, and that every record decodes; it returns
+// every problem found, joined.
 func (Store) Check(tx *kv.Tx) error {
 	index, records, err := buckets(tx)
 	if err != nil {
 		return err
 	}
+	unsettledIdx, err := unsettledOf(tx)
+	if err != nil {
+		return err
+	}
 	var errs []error
-	indexed := 0
+	indexed, open := 0, 0
 	err = records.ForEach(func(rk, v []byte) error {
-		principal, key, err := owner(v)
+		principal, key, isOpen, err := header(v)
+		if err == nil {
+			_, err = unmarshal(v)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("idempotency record %x: %w", rk, err))
 			return nil
+		}
+		if isOpen {
+			r, _ := unmarshal(v)
+			if unsettledIdx == nil || !bytes.Equal(unsettledIdx.Get(unsettledKey(r)), rk) {
+				errs = append(errs, fmt.Errorf("idempotency record %s/%s is %s and not in the unsettled index", principal, key, r.State))
+			} else {
+				open++
+			}
 		}
 		if len(rk) != recordKeySize {
 			errs = append(errs, fmt.Errorf("idempotency record %s/%s has a storage key of %d bytes", principal, key, len(rk)))
@@ -245,6 +441,11 @@ func (Store) Check(tx *kv.Tx) error {
 	}
 	if n := index.Stats().KeyN; n != indexed {
 		errs = append(errs, fmt.Errorf("the idempotency index has %d entries for %d records", n, indexed))
+	}
+	if unsettledIdx != nil {
+		if n := unsettledIdx.Stats().KeyN; n != open {
+			errs = append(errs, fmt.Errorf("the unsettled index has %d entries for %d unsettled records", n, open))
+		}
 	}
 	return errors.Join(errs...)
 }

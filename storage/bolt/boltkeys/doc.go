@@ -7,8 +7,12 @@
 // principal 0x00 key to a record's storage key: the only bucket a write
 // inserts into at a random place. A record's own members are
 // length-prefixed (record.go); its result is kept as it is, so that a
-// replay gives back the bytes of the first answer. docs/DESIGN.md section
-// 10 has the layout and its measurements.
+// replay gives back the bytes of the first answer. An unsettled record
+// (pending, or unknown without a resolution: writes outside the store) is
+// kept past every other, which the collector never reaches and skips by
+// its state besides, and in an index of its own by creation time, which
+// Unsettled reads. docs/DESIGN.md section 10 has the layout and its
+// measurements.
 //
 // Store's methods take the caller's transaction (a *kv.Tx, so that a
 // write is one the savepoints of group commit can undo) and never open

@@ -19,7 +19,15 @@ func FuzzUnmarshal(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(stored, "agent", "k", "", "REVISION_CONFLICT", int64(1795000000123456789), []byte(`{}`))
-	f.Add([]byte{format, 0xff}, "", "", "", "", int64(0), []byte(nil))
+	f.Add([]byte{format1, 0xff}, "", "", "", "", int64(0), []byte(nil))
+	pending := &idempotency.Record{Principal: "agent", Key: "k-00000002", Tool: "memory_create_entities", Digest: "d", State: idempotency.Pending,
+		AuditID: "", CreatedAt: time.Unix(1, 2).UTC(), ExpiresAt: idempotency.Never, Owner: "p-1", Attempt: 2,
+		LeaseUntil: time.Unix(5, 6).UTC(), UpstreamKey: "uk", Args: []byte(`{"entities":[]}`)}
+	if stored, err = marshal(pending); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(stored, "agent", "k", "", "", int64(7), []byte(nil))
+	f.Add([]byte{format2, 3, 0xff}, "", "", "", "", int64(0), []byte(nil))
 	f.Fuzz(func(t *testing.T, raw []byte, principal, key, digest, code string, ns int64, result []byte) {
 		if r, err := unmarshal(raw); err == nil {
 			again, err := marshal(r)
@@ -45,6 +53,26 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 		if p, k, err := owner(stored); err != nil || p != principal || k != key {
 			t.Fatalf("owner = %q, %q, %v; want %q, %q", p, k, err, principal, key)
+		}
+		// Format 2: a write outside the store, unknown and unresolved.
+		want = &idempotency.Record{Principal: principal, Key: key, Tool: "t", Digest: digest, State: idempotency.Unknown, Code: code,
+			Result: result, AuditID: "a", CreatedAt: time.Unix(0, ns).UTC(), ExpiresAt: idempotency.Never,
+			Owner: digest, Attempt: int(uint32(ns) >> 1), LeaseUntil: time.Unix(0, ns).UTC(), UpstreamKey: code, Args: result}
+		if len(want.Args) == 0 {
+			want.Args = nil
+		}
+		if stored, err = marshal(want); err != nil {
+			t.Fatal(err)
+		}
+		if stored[0] != format2 {
+			t.Fatalf("an unknown record is stored in format %d", stored[0])
+		}
+		got, err = unmarshal(stored)
+		if err != nil || !same(got, want) {
+			t.Fatalf("%+v comes back as %+v, %v", want, got, err)
+		}
+		if p, k, open, err := header(stored); err != nil || p != principal || k != key || !open {
+			t.Fatalf("header = %q, %q, %v, %v; want %q, %q, true", p, k, open, err, principal, key)
 		}
 	})
 }

@@ -12,6 +12,8 @@ package bolttest
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/storage/bolt"
 )
 
@@ -158,4 +161,53 @@ func (p Pages) Truncate(t testing.TB, size int64) {
 	if err := os.Truncate(p.Path, size); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// PutFormat1 stores r in the file as the writerd before writes outside
+// the store did (format 1 of boltkeys, in the buckets of that layout,
+// which had no unsettled index): for the tests of an upgrade. It knows
+// that format byte by byte, independent of the current encoder.
+func PutFormat1(tx Tx, r *idempotency.Record) error {
+	state := map[idempotency.State]byte{idempotency.Completed: 1, idempotency.Failed: 2}[r.State]
+	if state == 0 {
+		return fmt.Errorf("bolttest: format 1 has no state %q", r.State)
+	}
+	b := []byte{1}
+	for _, s := range []string{r.Principal, r.Key, r.Tool, r.Digest, r.Code, r.AuditID} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = append(b, state)
+	for _, t := range []time.Time{r.CreatedAt, r.ExpiresAt} {
+		tb, err := t.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		b = binary.AppendUvarint(b, uint64(len(tb)))
+		b = append(b, tb...)
+	}
+	b = append(b, r.Result...)
+	index, records := tx.Bucket([]byte("idempotency")), tx.Bucket([]byte("idempotency_records"))
+	if index == nil || records == nil {
+		return errors.New("bolttest: no idempotency buckets")
+	}
+	seq, err := records.NextSequence()
+	if err != nil {
+		return err
+	}
+	rk := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(r.ExpiresAt.UnixNano())), seq)
+	if err := records.Put(rk, b); err != nil {
+		return err
+	}
+	return index.Put(append(append([]byte(r.Principal), 0), r.Key...), rk)
+}
+
+// DropUnsettledIndex deletes the unsettled index of the idempotency
+// records, which the writerd before writes outside the store did not
+// have: with PutFormat1, a file of that writerd.
+func DropUnsettledIndex(tx Tx) error {
+	if tx.Bucket([]byte("idempotency_unsettled")) == nil {
+		return nil
+	}
+	return tx.DeleteBucket([]byte("idempotency_unsettled"))
 }
