@@ -72,6 +72,21 @@ func (u *upstream) Send(ctx context.Context, c *pipeline.ExternalCall) *pipeline
 	return answered(fmt.Sprintf("T-%d", n))
 }
 
+// entered waits for a sending to begin, failing the test if a call in
+// done ended before it was sent.
+func (u *upstream) waitEntered(t testing.TB, done <-chan *pipeline.Result) *pipeline.ExternalCall {
+	t.Helper()
+	select {
+	case c := <-u.entered:
+		return c
+	case r := <-done:
+		t.Fatalf("the call ended before it was sent: %s", r.ErrorJSON())
+	case <-time.After(30 * time.Second):
+		t.Fatal("no sending began within 30s")
+	}
+	return nil
+}
+
 // answered is a Done answer naming ticket id.
 func answered(id string) *pipeline.ExternalAnswer {
 	return &pipeline.ExternalAnswer{Disposition: pipeline.Done, End: "answered",
@@ -143,7 +158,7 @@ func testExternalOnce(t *testing.T, b Backend) {
 	e := newExternalEnv(t, b, u)
 	done := make(chan *pipeline.Result, 1)
 	go func() { done <- e.Call(Caller, "ext_create", extArgs("ext-key-0001", "one")) }()
-	c := <-u.entered
+	c := u.waitEntered(t, done)
 	// While it is sent, the record is pending and durable: running,
 	// since its creation, attempt 1.
 	rec := e.Record(Caller.Principal, "ext-key-0001")
@@ -356,7 +371,7 @@ func testExternalCallerGone(t *testing.T, b Backend) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan *pipeline.Result, 1)
 	go func() { done <- e.P.Call(ctx, Caller, "ext_create", []byte(extArgs("ext-key-0009", "nine"))) }()
-	<-u.entered
+	u.waitEntered(t, done)
 	cancel()
 	time.Sleep(20 * time.Millisecond) // let a wrongly bound call see it
 	close(u.hold)
@@ -385,7 +400,7 @@ func testExternalPendingRetry(t *testing.T, b Backend) {
 	}
 	done := make(chan *pipeline.Result, 1)
 	go func() { done <- e.Call(Caller, "ext_create", extArgs("ext-key-0010", "ten")) }()
-	<-u.entered
+	u.waitEntered(t, done)
 	start := time.Now()
 	r := other.Call(context.Background(), Caller, "ext_create", []byte(extArgs("ext-key-0010", "ten")))
 	MustCode(t, r, pipeline.KeyInUse, pipeline.RetrySameKey)
@@ -421,7 +436,7 @@ func testExternalTakeover(t *testing.T, b Backend) {
 	done := make(chan *pipeline.Result, 2)
 	go func() { done <- e.Call(Caller, "ext_create", extArgs("ext-key-0011", "eleven")) }()
 	go func() { done <- e.Call(Caller, "ext_create_idem", extArgs("ext-key-0012", "twelve")) }()
-	first, second := <-u.entered, <-u.entered
+	first, second := u.waitEntered(t, done), u.waitEntered(t, done)
 	if n, err := other.Takeover(context.Background(), false); err != nil || n != 0 {
 		t.Fatalf("takeover within the lease: %d, %v; want none", n, err)
 	}
