@@ -49,6 +49,10 @@ type Config[D any] struct {
 	Lease    time.Duration
 	Sends    int
 	Attempts int
+	// Unsettled, if set, is told by each takeover sweep how many writes
+	// outside the store are pending and how many unknown and unresolved
+	// (for the metrics).
+	Unsettled func(pending, unknown int)
 
 	Logger  *slog.Logger     // default: discard
 	Metrics *metrics.Metrics // default: nil, which counts nothing

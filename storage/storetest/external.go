@@ -518,3 +518,42 @@ func testExternalUpstreamKey(t *testing.T, b Backend) {
 		t.Errorf("after a reopen the upstream key of the record is not the one sent")
 	}
 }
+
+// Ensure a pending record left by a process that died is taken over when
+// its lease runs out, and, on a store only one process opens, at once
+// when it opens (the lock proves the owner gone); until then it stays.
+func testExternalTakeoverAtStart(t *testing.T, b Backend) {
+	u := newUpstream()
+	e := newExternalEnv(t, b, u)
+	now := e.Now()
+	dead := &idempotency.Record{
+		Principal: Caller.Principal, Key: "ext-key-0014", Tool: "ext_create", Digest: strings.Repeat("d", 64),
+		State: idempotency.Pending, Owner: "a-process-that-died", Attempt: 1, LeaseUntil: now.Add(time.Hour),
+		UpstreamKey: strings.Repeat("k", 43), Args: json.RawMessage(`{"title":"left"}`),
+		CreatedAt: now, ExpiresAt: idempotency.Never,
+	}
+	e.Update(func(tx pipeline.Tx[handlers.Store]) error { return tx.Keys().Put(dead) })
+	e.Reopen()
+	_, sole := e.Store.(pipeline.Exclusive)
+	t.Logf("the store is exclusive: %v", sole)
+	n, err := e.P.Takeover(context.Background(), sole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sole {
+		if rec := e.Record(Caller.Principal, "ext-key-0014"); n != 0 || rec.State != idempotency.Pending || len(e.Events()) != 0 {
+			t.Fatalf("a shared store within the lease: took %d, record %+v; want it left pending", n, rec)
+		}
+		e.Advance(time.Hour)
+		if n, err = e.P.Takeover(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := e.EventsOf("ext-key-0014")
+	if n != 1 || len(evs) != 1 || evs[0].Outcome != auditlog.Unknown || evs[0].Transport != pipeline.TransportTakeover || len(u.sent()) != 0 {
+		t.Fatalf("took %d, events %+v, sent %d; want one unknown event of the takeover and nothing sent", n, evs, len(u.sent()))
+	}
+	if r := e.Call(Caller, "ext_create", `{"idempotency_key":"ext-key-0014","title":"left"}`); r.Err == nil || r.Err.Code != pipeline.UnknownOutcome && r.Err.Code != pipeline.KeyReused {
+		t.Errorf("a retry of the taken-over key = %+v, want no run", r)
+	}
+}
