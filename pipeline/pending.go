@@ -61,6 +61,14 @@ func UpstreamKey(secret []byte, origin, principal, key string, created time.Time
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
+// origin is Config.Origin's answer, or "".
+func (p *Pipeline[D]) origin() string {
+	if p.cfg.Origin == nil {
+		return ""
+	}
+	return p.cfg.Origin()
+}
+
 // writeExternal runs a write tool whose effect is outside the store.
 func (p *Pipeline[D]) writeExternal(ctx context.Context, c Caller, t *Tool[D], in *externalInput, digest string, start time.Time) *Result {
 	reqID := RequestID(ctx)
@@ -104,7 +112,7 @@ func (p *Pipeline[D]) writeExternal(ctx context.Context, c Caller, t *Tool[D], i
 				Principal: c.Principal, Key: in.Key, Tool: t.Name, Digest: digest,
 				State: idempotency.Pending, Owner: p.owner, Attempt: 1,
 				LeaseUntil:  now.Add(p.cfg.Lease),
-				UpstreamKey: UpstreamKey(secret, p.cfg.Origin, c.Principal, in.Key, now),
+				UpstreamKey: UpstreamKey(secret, p.origin(), c.Principal, in.Key, now),
 				Args:        in.args, CreatedAt: now, ExpiresAt: idempotency.Never,
 			}
 			return tx.Keys().Put(pend)

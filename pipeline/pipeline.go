@@ -38,14 +38,16 @@ type Config[D any] struct {
 	// fails its self-check, whose events no checkpoint would cover.
 	Refuse func() error
 
-	// Writes outside the store (docs/DESIGN.md section 5b). Origin is the
-	// audit log's origin, which upstream keys are made over. Lease is how
+	// Writes outside the store (docs/DESIGN.md section 5b). Origin
+	// returns the audit log's origin, which upstream keys are made over
+	// (a function: a store may find its log's origin only once it opens;
+	// nil is ""). Lease is how
 	// long a pending record's owner may go without renewing it before
 	// another process may take it over (default DefaultLease); its owner
 	// renews it every third of it. Sends bounds the sendings of one
 	// attempt of a tool that may be re-driven, Attempts the attempts of
 	// one write (defaults DefaultSends, DefaultAttempts).
-	Origin   string
+	Origin   func() string
 	Lease    time.Duration
 	Sends    int
 	Attempts int

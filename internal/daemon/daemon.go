@@ -71,6 +71,12 @@ type Config struct {
 	// OnCommit, if set, is told of every commit besides the metrics
 	// (writerd bench's tally).
 	OnCommit func(d time.Duration, writes int)
+
+	// Lease is a pending write's lease (pipeline.Config.Lease; default
+	// pipeline.DefaultLease); SweepEvery how often pending writes past
+	// theirs are looked for (default a quarter of the lease).
+	Lease      time.Duration
+	SweepEvery time.Duration
 }
 
 // Daemon is writerd assembled: its store, the audit signing key, the
@@ -182,6 +188,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		Storage: storage,
 		Limits:  cfg.Limits, KeyTTL: cfg.KeyTTL, KeyWait: cfg.KeyWait,
 		Logger: cfg.Logger, Metrics: d.Metrics, Refuse: d.refuseWrites,
+		Origin: d.Origin, Lease: cfg.Lease,
 	})
 	tools := append(handlers.Tools(), cfg.Tools...)
 	if err := d.Pipeline.Register(tools...); err != nil {
@@ -408,8 +415,25 @@ func (d *Daemon) Run(ctx context.Context) {
 		d.cosignLast()
 	})
 	signing.Go(func() { d.cosigner.Run(ctx) })
+	// Pending writes outside the store that no process drives: on a store
+	// only this process opens, every one at once.
+	_, sole := s.(pipeline.Exclusive)
+	signing.Go(func() { d.Pipeline.RunTakeovers(ctx, d.sweepEvery(), sole) })
 	d.Pipeline.Run(ctx)
 	signing.Wait()
+}
+
+// sweepEvery is how often the daemon looks for pending writes past
+// their lease.
+func (d *Daemon) sweepEvery() time.Duration {
+	if d.cfg.SweepEvery > 0 {
+		return d.cfg.SweepEvery
+	}
+	lease := d.cfg.Lease
+	if lease <= 0 {
+		lease = pipeline.DefaultLease
+	}
+	return lease / 4
 }
 
 // Close closes the store. Stop Run first (end its context and wait), so
