@@ -103,6 +103,29 @@ func (tx Tx) AppendEarlier(t testing.TB, e *auditlog.Event) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tx.put(t, seq, c)
+	return c
+}
+
+// AppendCanonical appends an event's bytes as given, under the next
+// sequence number (which the bytes' seq member should hold), with the
+// tree hashes its append adds: an event no writerd of this format would
+// write, such as one of a later format.
+func (tx Tx) AppendCanonical(t testing.TB, canonical []byte) uint64 {
+	t.Helper()
+	seq, err := tx.Events().NextSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.put(t, seq, canonical)
+	return seq
+}
+
+// put stores event seq's canonical JSON with the tree hashes its append
+// adds.
+func (tx Tx) put(t testing.TB, seq uint64, c []byte) {
+	t.Helper()
+	b := tx.Events()
 	hashes, err := tlog.StoredHashes(int64(seq-1), c, hashReader{b})
 	if err != nil {
 		t.Fatalf("the tree hashes of event %d: %v", seq, err)
@@ -114,7 +137,6 @@ func (tx Tx) AppendEarlier(t testing.TB, e *auditlog.Event) []byte {
 	if err := b.Put(SeqKey(seq), append(v, c...)); err != nil {
 		t.Fatal(err)
 	}
-	return c
 }
 
 // hashReader reads the tree's stored hashes out of the events bucket as
