@@ -1,12 +1,12 @@
 package auditlog
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/writerd/writerd/digest"
@@ -140,12 +140,9 @@ func (e *Event) UnmarshalJSON(b []byte) error { return e.decode(b) }
 type event Event
 
 func (e *Event) decode(b []byte) error {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	err := d.Decode((*event)(e))
-	if err == nil && d.More() {
-		err = errors.New("data after the event")
-	}
+	// RFC 8785 bytes, as stored: member names exactly as written (v1
+	// would take "Seq" for "seq"), none unknown, none twice.
+	err := jsonv2.Unmarshal(b, (*event)(e), jsonv2.RejectUnknownMembers(true))
 	if err != nil || e.Format > Format {
 		// A later format may add members: name the format, not the
 		// member it added.
