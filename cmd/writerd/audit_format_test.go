@@ -14,14 +14,15 @@ import (
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/bolttest"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // formatLog is a log that mixes event formats, as a store an earlier
-// writerd wrote and this one went on with: on bbolt, two events of
-// format 1 stored as that writerd stored them (bolttest.AppendEarlier; a
-// PostgreSQL store gets none), then, of format 2, a write to an upstream
-// whose outcome is unknown, the operator's resolution of it, and an ok
-// write, all covered by a checkpoint.
+// writerd wrote and this one went on with: two events of format 1 stored
+// as that writerd stored them (bolttest.AppendEarlier, or
+// pgtest.AppendEarlier on PostgreSQL), then, of format 2, a write to an
+// upstream whose outcome is unknown, the operator's resolution of it, and
+// an ok write, all covered by a checkpoint.
 type formatLog struct {
 	store   testStore
 	earlier []string // the format-1 events' stored bytes
@@ -52,19 +53,20 @@ func mustFormatLog(t testing.TB, kind storeKind) formatLog {
 			IdempotencyKey: k, Digest: strings.Repeat("ab", 32), Outcome: outcome, DurationMS: 1.5,
 			Targets: []auditlog.Target{widget("W1", 1)}}
 	}
-	l := formatLog{store: ts, first: 1}
-	if ts.URL == "" {
-		open().Close() // a store of the current layout, with no event yet
+	l := formatLog{store: ts, first: 3}
+	open().Close() // a store of the current layout, with no event yet
+	for _, e := range []*auditlog.Event{event("create_widget", auditlog.OK, "k-old-1"), event("update_widget", auditlog.Failed, "k-old-2")} {
+		if e.Outcome == auditlog.Failed {
+			e.Code, e.Status = "REVISION_CONFLICT", 409
+		}
+		if ts.URL != "" {
+			l.earlier = append(l.earlier, string(pgtest.AppendEarlier(t, ts.URL, e)))
+			continue
+		}
 		bolttest.Update(t, ts.Dir, func(tx bolttest.Tx) error {
-			for _, e := range []*auditlog.Event{event("create_widget", auditlog.OK, "k-old-1"), event("update_widget", auditlog.Failed, "k-old-2")} {
-				if e.Outcome == auditlog.Failed {
-					e.Code, e.Status = "REVISION_CONFLICT", 409
-				}
-				l.earlier = append(l.earlier, string(tx.AppendEarlier(t, e)))
-			}
+			l.earlier = append(l.earlier, string(tx.AppendEarlier(t, e)))
 			return nil
 		})
-		l.first = 3
 	}
 	s := open()
 	defer s.Close()
@@ -191,10 +193,8 @@ func testAuditEventFormats(t *testing.T, kind storeKind) {
 	if res := show(strconv.FormatUint(resolutionSeq, 10)); !strings.Contains(res, "resolves:         event "+upstreamID+"\n                  principal ci-agent\n                  key k-upstream\n                  finding applied\n") || upstreamID == "" {
 		t.Errorf("show of the resolution does not name event %q:\n%s", upstreamID, res)
 	}
-	if l.earlier != nil {
-		if old := show("1"); !strings.Contains(old, "format:           1\n") || strings.Contains(old, "upstream:") {
-			t.Errorf("show of an event of format 1:\n%s", old)
-		}
+	if old := show("1"); !strings.Contains(old, "format:           1\n") || strings.Contains(old, "upstream:") {
+		t.Errorf("show of an event of format 1:\n%s", old)
 	}
 	for seq := uint64(1); seq <= uint64(len(lines)); seq++ {
 		r := mustAudit(t, nil, append([]string{"show", strconv.FormatUint(seq, 10), "-o", "json"}, s.auditFlags()...)...)
