@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/writerd/writerd/digest"
@@ -26,9 +27,25 @@ const (
 )
 
 // Format is the version of the event format that Append writes, in
-// every new event's "format" member. An event without one is of format
-// 1, the format before writes outside the store, and keeps its bytes.
+// every new event's "format" member (Follow sets it). An event without
+// one is of format 1, the format before writes outside the store, and
+// keeps its bytes: its leaf in the tree does not change. DecodeEvent
+// reads formats 1 to Format and refuses a later one with a FormatError,
+// so that an earlier writerd never lists a newer log's events with
+// members it does not know dropped; Verify reads no event's members
+// (the tree is over the stored bytes), so it checks a log of any format.
 const Format = 2
+
+// FormatError is DecodeEvent's refusal of an event of a format later
+// than Format: written by a newer writerd.
+type FormatError struct {
+	Seq    uint64 // the event's sequence number, as its JSON holds it
+	Format int
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("event %d is of format %d, which this writerd does not read (it reads event formats 1 to %d): read the log with a writerd of that format or later; writerd audit verify checks the log meanwhile", e.Seq, e.Format, Format)
+}
 
 // Event is one audit event, with the JSON members of docs/DESIGN.md section 7.
 type Event struct {
@@ -102,17 +119,50 @@ func (e *Event) canonical() ([]byte, error) {
 }
 
 // DecodeEvent decodes an event from its canonical JSON, as a store keeps
-// it.
+// it. A member this format does not have is refused, not dropped, and an
+// event of a later format is a *FormatError: what is decoded is all the
+// event holds, so that encoding it again (Canonical) gives its stored
+// bytes.
 func DecodeEvent(b []byte) (*Event, error) {
-	return decode(b)
-}
-
-func decode(b []byte) (*Event, error) {
 	e := new(Event)
-	if err := json.Unmarshal(b, e); err != nil {
-		return nil, fmt.Errorf("auditlog: decode event: %w", err)
+	if err := e.decode(b); err != nil {
+		return nil, err
 	}
 	return e, nil
+}
+
+// UnmarshalJSON decodes an event as DecodeEvent does, so that an event
+// read inside another document (a page of the audit API) is refused
+// alike.
+func (e *Event) UnmarshalJSON(b []byte) error { return e.decode(b) }
+
+// event is Event without its methods, for decode.
+type event Event
+
+func (e *Event) decode(b []byte) error {
+	// RFC 8785 bytes, as stored: member names exactly as written (v1
+	// would take "Seq" for "seq"), none unknown, none twice.
+	err := jsonv2.Unmarshal(b, (*event)(e), jsonv2.RejectUnknownMembers(true))
+	if err != nil || e.Format > Format {
+		// A later format may add members: name the format, not the
+		// member it added.
+		var head struct {
+			Seq    uint64 `json:"seq"`
+			Format int    `json:"format"`
+		}
+		if json.Unmarshal(b, &head) == nil && head.Format > Format {
+			return &FormatError{Seq: head.Seq, Format: head.Format}
+		}
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("auditlog: decode event: %w", err)
+	case e.Format < 0 || e.Format == 1:
+		// Format 1 is written without the member; 0 and 1 are never
+		// written, so encoding them again would change the bytes.
+		return fmt.Errorf("auditlog: decode event: format %d", e.Format)
+	}
+	return nil
 }
 
 // Follow gives e its place after the event of id prevID and time prevTime
@@ -120,8 +170,10 @@ func decode(b []byte) (*Event, error) {
 // than prevTime and a ULID of its time greater than prevID, so that both
 // follow the sequence whatever the clock did, across restarts too; ByID
 // and List's time bounds rely on that order. A backend's Append calls it
-// with the last event stored.
+// with the last event stored, so it also sets the event's Format: every
+// event appended says it is of the current format.
 func (e *Event) Follow(prevID string, prevTime time.Time) error {
+	e.Format = Format
 	if e.Time.Before(prevTime) {
 		e.Time = prevTime
 	}

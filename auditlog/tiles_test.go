@@ -25,8 +25,10 @@ type tileLog struct {
 }
 
 // mustTileLog returns a log of n leaves: real events' canonical JSON if
-// events, else short distinct leaves (fast, for large trees; tiles do not
-// read what a leaf holds).
+// events (of both formats: format 1, without the member, and format 2,
+// some with an upstream or resolves member, as a log an earlier writerd
+// began holds them), else short distinct leaves (fast, for large trees;
+// tiles do not read what a leaf holds).
 func mustTileLog(t testing.TB, n int, events bool) *tileLog {
 	t.Helper()
 	l := &tileLog{}
@@ -36,6 +38,17 @@ func mustTileLog(t testing.TB, n int, events bool) *tileLog {
 		if events {
 			e := &auditlog.Event{Seq: uint64(i + 1), ID: fmt.Sprintf("01JGHJ0QZ5%016d", i), Time: at.Add(time.Duration(i) * time.Second),
 				Principal: "agent", Transport: "go", Tool: "create_project", IdempotencyKey: fmt.Sprintf("k-%08d", i), Outcome: auditlog.OK}
+			switch {
+			case i < n/2: // format 1
+			case i%3 == 0:
+				e.Format, e.Outcome, e.Code, e.Status = auditlog.Format, auditlog.Unknown, "OUTCOME_UNKNOWN", 502
+				e.Upstream = &auditlog.Upstream{Name: "memory", Tool: "create_entities", Attempt: 1, End: "timeout", DurationMS: 30000}
+			case i%3 == 1:
+				e.Format = auditlog.Format
+				e.Resolves = &auditlog.Resolution{Event: fmt.Sprintf("01JGHJ0QZ5%016d", i-1), Principal: "agent", Key: fmt.Sprintf("k-%08d", i-1), Finding: "applied"}
+			default:
+				e.Format = auditlog.Format
+			}
 			var err error
 			if leaf, err = e.Canonical(); err != nil {
 				t.Fatal(err)
@@ -130,7 +143,9 @@ func mustReadAll(t *testing.T, l *tileLog, size int) {
 // leaves, two full tiles and a partial) is what tlog makes of the tree,
 // authenticates against the tree's root through tlog.TileHashReader, and
 // that torchwood's Client reads every entry from the bundles, each the
-// leaf appended, with the partial edge too.
+// leaf appended, with the partial edge too: a third-party reader of a log
+// that holds events of format 1 and of format 2 (upstream and resolves
+// members among them) gets each event's stored bytes.
 func TestTiles_AgainstTlog(t *testing.T) {
 	l := mustTileLog(t, 2*256+17, true)
 	for _, size := range []int{1, 2, 255, 256, 257, 511, 512, 2*256 + 17} {

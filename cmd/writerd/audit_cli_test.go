@@ -42,7 +42,7 @@ func TestAuditList_FilterValues(t *testing.T) {
 		{"a code refused before the write", "writerd audit list: --code INVALID_INPUT is a code no audit event carries (a call refused with it writes none): give the code of a failed write, " + codes, []string{"--code", "INVALID_INPUT"}},
 		{"no code", "writerd audit list: --code takes the code of a failed write: " + codes, []string{"--code", "revision_conflict"}},
 		{"a list of codes", "writerd audit list: --code takes one code, not a list: the filters take one value each; run list once for each code", []string{"--code", "NOT_FOUND,RECORD_LOCKED"}},
-		{"a list of outcomes", "writerd audit list: --outcome takes ok or failed", []string{"--outcome", "ok,failed"}},
+		{"a list of outcomes", "writerd audit list: --outcome takes ok, failed or unknown", []string{"--outcome", "ok,failed"}},
 		{"a code of an ok event", "writerd audit list: --code selects failed events, and --outcome ok selects events without a code: no event can match", []string{"--code", "NOT_FOUND", "--outcome", "ok"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

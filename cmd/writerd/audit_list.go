@@ -39,14 +39,18 @@ each value). The values are checked before the log is read: --tool takes a
 write tool (read tools, such as get_record, leave no audit event), --code
 the code of a failed write, as its flag below lists them (the other codes
 of the catalogue refuse a call before its write runs, and leave no
-event), --outcome ok or failed.
+event), --outcome ok, failed or unknown (a write to an upstream whose
+effect cannot be known).
 
 The table shows each event's sequence number, time (UTC, to the second),
-tool, principal, outcome, failure code, idempotency key and targets (kind,
-id and revision; the first three of a longer list). Text from the log that
-holds spaces or control characters is shown quoted. -o json prints one JSON
-document, {"events":[…],"next":"…"}; -o jsonl one event a line, each its
-canonical JSON (the bytes of the log's tree).
+tool, principal, outcome, failure code, idempotency key, the upstream a
+write outside the store went to, and targets (kind, id and revision; the
+first three of a longer list). Text from the log that holds spaces or
+control characters is shown quoted. -o json prints one JSON document,
+{"events":[…],"next":"…"}; -o jsonl one event a line, each its canonical
+JSON (the bytes of the log's tree, every member: its format, upstream and
+resolves too). An event of a format later than this writerd reads is
+refused by name, never shown with members missing.
 
 At most --limit events are printed. When more follow, the command to print
 the next page is written to stderr (next: writerd audit list … --after N),
@@ -92,8 +96,8 @@ func defineFilters(fs *flagSet, f *auditlog.Filter, now time.Time) {
 	fs.takes("until", whenForm)
 	fs.StringVar(&f.Tool, "tool", "", "events of this write `tool`, such as create_record")
 	fs.StringVar(&f.Principal, "principal", "", "events of this `principal`: the caller, a token's name")
-	fs.Var(choiceValue{v: &f.Outcome, choices: []string{auditlog.OK, auditlog.Failed}, optional: true}, "outcome", "events of this `outcome`: ok or failed")
-	fs.takes("outcome", "ok or failed")
+	fs.Var(choiceValue{v: &f.Outcome, choices: []string{auditlog.OK, auditlog.Failed, auditlog.Unknown}, optional: true}, "outcome", "events of this `outcome`: ok, failed or unknown")
+	fs.takes("outcome", "ok, failed or unknown")
 	fs.StringVar(&f.Code, "code", "", "failed events of this error `code`: "+orList(auditedCodes()))
 	fs.StringVar(&f.Key, "key", "", "events of this idempotency `key`")
 	fs.StringVar(&f.Target, "target", "", "events that name this entity `id` among their targets")
@@ -202,7 +206,7 @@ func (c *auditList) Run(ctx context.Context, args []string) error {
 }
 
 // eventHeader is the header of the event table.
-var eventHeader = []string{"SEQ", "TIME", "TOOL", "PRINCIPAL", "OUTCOME", "CODE", "KEY", "TARGETS"}
+var eventHeader = []string{"SEQ", "TIME", "TOOL", "PRINCIPAL", "OUTCOME", "CODE", "KEY", "UPSTREAM", "TARGETS"}
 
 // eventRows returns the table's rows of events.
 func eventRows(events []*auditlog.Event) [][]string {
@@ -210,10 +214,18 @@ func eventRows(events []*auditlog.Event) [][]string {
 	for i, e := range events {
 		rows[i] = []string{
 			strconv.FormatUint(e.Seq, 10), e.Time.UTC().Format("2006-01-02T15:04:05Z"),
-			cell(e.Tool), cell(e.Principal), cell(e.Outcome), cell(e.Code), cell(e.IdempotencyKey), targetsCell(e.Targets),
+			cell(e.Tool), cell(e.Principal), cell(e.Outcome), cell(e.Code), cell(e.IdempotencyKey), upstreamCell(e.Upstream), targetsCell(e.Targets),
 		}
 	}
 	return rows
+}
+
+// upstreamCell names the upstream a write outside the store went to.
+func upstreamCell(u *auditlog.Upstream) string {
+	if u == nil {
+		return "-"
+	}
+	return cell(u.Name)
 }
 
 // targetsCell writes targets as kind:id@revision, the first three of them.

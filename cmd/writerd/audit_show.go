@@ -43,6 +43,14 @@ root, is a problem: it is printed, and the command exits 1. -o json prints
 event as its canonical JSON, status one of included, after_checkpoint,
 no_checkpoint or failed.
 
+The table shows every member of the event: its format (1 for an event
+written before events said their format), and for a write to an
+upstream its upstream member (the upstream, its tool, the attempt, how
+the call ended, its duration and the digest of its answer), for an
+operator's resolution of an unknown write its resolves member (the
+event it resolves, that write's principal and key, and the finding).
+An event of a format later than this writerd reads is refused by name.
+
 Examples:
 
 	# The event a tool call's answer named:
@@ -200,10 +208,33 @@ func (c *auditShow) writeTable(p *auditapi.ProvenEvent, in shownInclusion) error
 		}
 		rows = append(rows, []string{name, fmt.Sprintf("%s %s revision %d", cell(t.Kind), cell(t.ID), t.Revision)})
 	}
-	rows = append(rows,
-		[]string{"duration_ms:", strconv.FormatFloat(e.DurationMS, 'f', -1, 64)},
-		[]string{"inclusion:", in.line},
-	)
+	rows = append(rows, []string{"duration_ms:", strconv.FormatFloat(e.DurationMS, 'f', -1, 64)})
+	format := 1
+	if e.Format != 0 {
+		format = e.Format
+	}
+	rows = append(rows, []string{"format:", strconv.Itoa(format)})
+	// The upstream and resolves members a line each of their own
+	// members, under their name, as targets are.
+	if u := e.Upstream; u != nil {
+		rows = append(rows,
+			[]string{"upstream:", "name " + cell(u.Name)},
+			[]string{"", "tool " + cell(u.Tool)},
+			[]string{"", "attempt " + strconv.Itoa(u.Attempt)},
+			[]string{"", "end " + cell(u.End)},
+			[]string{"", "duration_ms " + strconv.FormatFloat(u.DurationMS, 'f', -1, 64)},
+			[]string{"", "answer_digest " + cell(u.AnswerDigest)},
+		)
+	}
+	if r := e.Resolves; r != nil {
+		rows = append(rows,
+			[]string{"resolves:", "event " + cell(r.Event)},
+			[]string{"", "principal " + cell(r.Principal)},
+			[]string{"", "key " + cell(r.Key)},
+			[]string{"", "finding " + cell(r.Finding)},
+		)
+	}
+	rows = append(rows, []string{"inclusion:", in.line})
 	(&table{w: c.Stdout}).rows(rows...)
 	return nil
 }

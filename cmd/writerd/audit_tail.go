@@ -32,8 +32,8 @@ appended, looking every second, until interrupted (Ctrl-C); -n 0 --follow
 prints no past event, only the header and then the new ones.
 
 With --follow the table's columns keep the widths they start with (wide
-enough for every tool and code, a principal of 16 characters and a key of
-28), so that the rows printed later line up with the header: a longer
+enough for every tool and code, a principal of 16 characters, a key of
+28 and an upstream's name of 12), so that the rows printed later line up with the header: a longer
 principal, key or other cell is cut, ending in …; -o jsonl, list and show
 print every value whole.
 
@@ -169,7 +169,8 @@ func (c *auditTail) print(t *table, events []*auditlog.Event) error {
 
 // followWidths are the least widths of tail --follow's columns, which keep
 // the widths they start with: sequence numbers to 99,999,999, every write
-// tool and audited code, a principal of 16 characters and a key of 28.
+// tool and audited code, a principal of 16 characters, a key of 28 and
+// an upstream's name of 12.
 func followWidths() []int {
 	write, _ := auditTools()
 	tool, code := 0, 0
@@ -179,6 +180,6 @@ func followWidths() []int {
 	for _, c := range auditedCodes() {
 		code = max(code, len(c))
 	}
-	// SEQ, TIME, TOOL, PRINCIPAL, OUTCOME, CODE, KEY, TARGETS
-	return []int{8, len("2006-01-02T15:04:05Z"), tool, 16, len(auditlog.Failed), code, 28, 0}
+	// SEQ, TIME, TOOL, PRINCIPAL, OUTCOME, CODE, KEY, UPSTREAM, TARGETS
+	return []int{8, len("2006-01-02T15:04:05Z"), tool, 16, max(len(auditlog.Failed), len(auditlog.Unknown)), code, 28, 12, 0}
 }

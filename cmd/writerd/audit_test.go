@@ -332,7 +332,7 @@ func TestAudit_HelpAndUsageErrors(t *testing.T) {
 		{"a time that is not one", []string{"audit", "list", "--since", "yesterday"}, 2, auditListUsageLine, "writerd audit list: --since takes " + whenForm},
 		{"an age without a unit", []string{"audit", "list", "--until", "7"}, 2, auditListUsageLine, "writerd audit list: --until takes " + whenForm},
 		{"since after until", []string{"audit", "list", "--since", "1h", "--until", "2h"}, 2, auditListUsageLine, "writerd audit list: --since is not before --until: no event can match"},
-		{"an outcome unknown", []string{"audit", "list", "--outcome", "refused"}, 2, auditListUsageLine, "writerd audit list: --outcome takes ok or failed"},
+		{"an outcome unknown", []string{"audit", "list", "--outcome", "refused"}, 2, auditListUsageLine, "writerd audit list: --outcome takes ok, failed or unknown"},
 		{"a format unknown", []string{"audit", "list", "-o", "yaml"}, 2, auditListUsageLine, "writerd audit list: -o takes table, json or jsonl"},
 		{"both sources", []string{"audit", "list", "--data", missing, "--server", "http://127.0.0.1:1"}, 2, auditListUsageLine, "writerd audit list: --server and --data each name where the log is read; give one of them"},
 		{"a server that is no URL", []string{"audit", "list", "--server", "127.0.0.1:7070"}, 2, auditListUsageLine, "writerd audit list: --server takes the daemon's URL, such as http://127.0.0.1:7070"},

@@ -124,6 +124,9 @@ func (c *Client) getJSON(ctx context.Context, path string, q url.Values, v any) 
 	}
 	defer resp.Body.Close()
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(v); err != nil {
+		if fe := new(auditlog.FormatError); errors.As(err, &fe) {
+			return fmt.Errorf("the daemon sent an event this writerd cannot read: %w", fe)
+		}
 		return fmt.Errorf("the daemon's answer to %s is not what the audit API answers: %w", path, err)
 	}
 	return nil

@@ -107,6 +107,10 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, err error) {
 		// which an auditor may know (it reads the log anyway).
 		s.Logger.Warn("audit API: no checkpoint signed", "request_id", pipeline.RequestID(r.Context()), "cause", err.Error())
 		e = pipeline.Errorf(pipeline.Unavailable, "The daemon signs no checkpoint: %s; writerd audit verify says more.", err.Error())
+	case errors.As(err, new(*auditlog.FormatError)):
+		// A newer replica wrote an event this daemon cannot read
+		// whole: it says so rather than answer it with members missing.
+		e = pipeline.Errorf(pipeline.Unavailable, "The audit log holds an event this daemon cannot read: %s.", err.Error())
 	case errors.Is(err, auditlog.ErrNotFound), errors.Is(err, ErrNoEvent):
 		e = pipeline.Errorf(pipeline.NotFound, "The audit log has no such event or checkpoint.")
 	case errors.Is(err, auditlog.ErrNoCheckpoint):

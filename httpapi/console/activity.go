@@ -72,9 +72,8 @@ type activity struct {
 	ids     [dims]map[string]int // by dimension, the names told apart, and their index
 	names   [dims][]string       // by dimension and index
 	running bool                 // a background count runs
-	// seenOK and seenFailed say whether an event of each outcome was
-	// counted.
-	seenOK, seenFailed bool
+	// seenOutcome says whether an event of each outcome was counted.
+	seenOutcome map[string]bool
 	// The background count's start, and how many events were counted
 	// then: its rate tells when it will be done.
 	started      time.Time
@@ -82,7 +81,7 @@ type activity struct {
 }
 
 func newActivity(log auditapi.Local) *activity {
-	a := &activity{log: log, hours: map[int64]*hour{}}
+	a := &activity{log: log, hours: map[int64]*hour{}, seenOutcome: map[string]bool{}}
 	for d := range a.ids {
 		a.ids[d] = map[string]int{}
 	}
@@ -141,9 +140,9 @@ func (a *activity) add(events []*auditlog.Event) {
 		at(&h.byPrincipal, a.id(dimPrincipal, e.Principal)).add(e)
 		if e.Outcome != auditlog.OK {
 			*at(&h.codes, a.id(dimCode, e.Code)) += 1
-			a.seenFailed = true
-		} else {
-			a.seenOK = true
+		}
+		if slices.Contains(outcomes, e.Outcome) {
+			a.seenOutcome[e.Outcome] = true
 		}
 		if a.first.IsZero() || e.Time.Before(a.first) {
 			a.first = e.Time

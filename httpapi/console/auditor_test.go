@@ -131,7 +131,7 @@ func TestEvents_RefusedFilterKeepsTheOthers(t *testing.T) {
 			map[string]string{"principal": "bob", "key": "key-bob-2", "since": "24h"}, "make_coffee"},
 		{"principal=bob&since=tomorrow-ish&code=REVISION_CONFLICT", "since", "The filter since takes a time",
 			map[string]string{"principal": "bob", "code": "REVISION_CONFLICT"}, "tomorrow-ish"},
-		{"target=01KBBM7T0ZF5S1Y1M4T7N4R4QG&outcome=maybe", "outcome", "The filter outcome takes ok or failed.",
+		{"target=01KBBM7T0ZF5S1Y1M4T7N4R4QG&outcome=maybe", "outcome", "The filter outcome takes ok, failed or unknown.",
 			map[string]string{"target": "01KBBM7T0ZF5S1Y1M4T7N4R4QG"}, "maybe"},
 		{"code=REVISION_CONFLICT&outcome=ok&principal=bob", "code", "no event can match",
 			map[string]string{"code": "REVISION_CONFLICT", "outcome": "ok", "principal": "bob"}, ""},

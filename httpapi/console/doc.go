@@ -10,10 +10,12 @@
 // whose URL can be bookmarked, tool, outcome and code as choices of the
 // values the log holds, a refused filter said on the page with the others
 // kept, the same cursor, and a JSON Lines export of the selection), Event (every member,
-// the inclusion proof checked against the signed checkpoint as writerd
-// audit show checks it) and Activity (writes and failures over time by
-// tool and by principal, and the failure codes, as SVG drawn on the
-// server). It reads the log through the audit protocol's Local
+// the format, a write's upstream member and a resolution's link to the
+// event it resolves among them, the inclusion proof checked against the
+// signed checkpoint as writerd audit show checks it) and Activity (writes
+// and failures over time by tool and by principal, and the failure codes,
+// as SVG drawn on the server; an unknown write counts with the failures,
+// its code OUTCOME_UNKNOWN among theirs). It reads the log through the audit protocol's Local
 // (auditapi.Local), as the audit API and writerd audit --data do, and
 // writes nothing to the store.
 //

@@ -87,6 +87,31 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	page.Members = append(page.Members, member{Name: "targets", Targets: targetsOf(e)},
 		member{Name: "duration_ms", Value: strconv.FormatFloat(e.DurationMS, 'f', -1, 64)})
+	format := 1 // an event without the member: written before events said their format
+	if e.Format != 0 {
+		format = e.Format
+	}
+	page.Members = append(page.Members, member{Name: "format", Value: strconv.Itoa(format)})
+	if u := e.Upstream; u != nil {
+		page.Members = append(page.Members,
+			member{Name: "upstream.name", Value: u.Name},
+			member{Name: "upstream.tool", Value: u.Tool},
+			member{Name: "upstream.attempt", Value: strconv.Itoa(u.Attempt)},
+			member{Name: "upstream.end", Value: u.End},
+			member{Name: "upstream.duration_ms", Value: strconv.FormatFloat(u.DurationMS, 'f', -1, 64)},
+			member{Name: "upstream.answer_digest", Value: u.AnswerDigest})
+	}
+	if res := e.Resolves; res != nil {
+		link := ""
+		if _, _, ok := auditapi.ParseRef(res.Event); ok {
+			link = "/ui/events/" + url.PathEscape(res.Event)
+		}
+		page.Members = append(page.Members,
+			member{Name: "resolves.event", Value: res.Event, Link: link},
+			member{Name: "resolves.principal", Value: res.Principal, Link: filter("principal", res.Principal)},
+			member{Name: "resolves.key", Value: res.Key, Link: filter("key", res.Key)},
+			member{Name: "resolves.finding", Value: res.Finding})
+	}
 	vkey := c.cfg.VerifierKey()
 	page.Proof = checkProof(p, vkey)
 	key := "KEY"

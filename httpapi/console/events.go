@@ -92,8 +92,8 @@ func (c *Console) parseSelection(q url.Values, held choices) (selection, *filter
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		return sel, &filterError{field: "until", keep: true, message: "The time since is not before the time until: no event can match."}
 	}
-	if f.Outcome != "" && f.Outcome != auditlog.OK && f.Outcome != auditlog.Failed {
-		return sel, refuse("outcome", "The filter outcome takes ok or failed.")
+	if f.Outcome != "" && !slices.Contains(outcomes, f.Outcome) {
+		return sel, refuse("outcome", "The filter outcome takes ok, failed or unknown.")
 	}
 	if f.Tool != "" && !slices.Contains(held.Tools, f.Tool) {
 		write, read := c.tools()
@@ -157,6 +157,9 @@ func (c *Console) parseSelection(q url.Values, held choices) (selection, *filter
 	}
 	return sel, nil
 }
+
+// outcomes are the outcomes an event can have, in the form's order.
+var outcomes = []string{auditlog.OK, auditlog.Failed, auditlog.Unknown}
 
 // tools returns the names of the write tools and of the read tools.
 func (c *Console) tools() (write, read []string) {
@@ -352,11 +355,10 @@ func (c *Console) choices(ctx context.Context) (choices, error) {
 	a := c.activity
 	a.mu.Lock()
 	ch := choices{Tools: a.held(dimTool), Codes: a.held(dimCode), Partial: !done}
-	if a.seenOK {
-		ch.Outcomes = append(ch.Outcomes, auditlog.OK)
-	}
-	if a.seenFailed {
-		ch.Outcomes = append(ch.Outcomes, auditlog.Failed)
+	for _, o := range outcomes {
+		if a.seenOutcome[o] {
+			ch.Outcomes = append(ch.Outcomes, o)
+		}
 	}
 	a.mu.Unlock()
 	if ch.Partial {
@@ -365,7 +367,7 @@ func (c *Console) choices(ctx context.Context) (choices, error) {
 		for _, code := range pipeline.AuditedCodes() {
 			ch.Codes = union(ch.Codes, []string{string(code)})
 		}
-		ch.Outcomes = []string{auditlog.OK, auditlog.Failed}
+		ch.Outcomes = outcomes
 	}
 	return ch, nil
 }

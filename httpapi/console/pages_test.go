@@ -281,7 +281,7 @@ func TestEvents_FiltersAsTheCLI(t *testing.T) {
 		"code=NOT_FOUND_AT_ALL":             "takes the code of a failed write",
 		"code=INVALID_INPUT":                "no audit event carries",
 		"code=REVISION_CONFLICT&outcome=ok": "no event can match",
-		"outcome=maybe":                     "takes ok or failed",
+		"outcome=maybe":                     "takes ok, failed or unknown",
 		"since=1h&until=2h":                 "is not before",
 		"principal=a&principal=b":           "was given 2 times",
 		"after=x":                           "cursor of a previous page",

@@ -424,3 +424,69 @@ func testListing(t *testing.T, b Backend) {
 }
 
 func errOf3[A, B any](_ A, _ B, err error) error { return err }
+
+func testEventFormat(t *testing.T, b Backend) {
+	e := New(t, b, Options{})
+	cp := checkpointer(t, e)
+	unknown := event(e.Now(), "key-unknown-1")
+	unknown.Tool, unknown.Outcome, unknown.Code, unknown.Status = "memory_create_entities", auditlog.Unknown, "OUTCOME_UNKNOWN", 502
+	unknown.Targets = []auditlog.Target{{Kind: "entity", ID: "alpha", Revision: 0}}
+	unknown.Upstream = &auditlog.Upstream{Name: "memory", Tool: "create_entities", Attempt: 2, End: "timeout", DurationMS: 30000.25,
+		AnswerDigest: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}
+	var events []*auditlog.Event
+	e.Update(func(tx pipeline.Tx[handlers.Store]) error {
+		events = nil
+		for _, ev := range []*auditlog.Event{event(e.Now(), "key-ok-1"), unknown} {
+			if err := tx.Audit().Append(ev); err != nil {
+				return err
+			}
+			events = append(events, ev)
+		}
+		return nil
+	})
+	e.Advance(time.Hour)
+	resolves := event(e.Now(), "key-resolve-1")
+	resolves.Resolves = &auditlog.Resolution{Event: unknown.ID, Principal: unknown.Principal, Key: unknown.IdempotencyKey, Finding: "applied"}
+	e.Update(func(tx pipeline.Tx[handlers.Store]) error { return tx.Audit().Append(resolves) })
+	events = append(events, resolves)
+	mustSign(t, cp)
+
+	e.View(func(tx pipeline.Tx[handlers.Store]) error {
+		log := tx.Audit()
+		for _, want := range events {
+			if want.Format != auditlog.Format {
+				t.Errorf("event %d: Append left format %d, want %d", want.Seq, want.Format, auditlog.Format)
+			}
+			c, _ := want.Canonical()
+			leaf, err := log.Leaf(want.Seq)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(leaf, c) || !bytes.Contains(leaf, []byte(`"format":2,`)) {
+				t.Errorf("event %d is stored as\n%s\nwant\n%s", want.Seq, leaf, c)
+			}
+			bySeq, err := auditlog.Get(log, want.Seq)
+			if err != nil {
+				return err
+			}
+			byID, err := auditlog.ByID(log, want.ID)
+			if err != nil {
+				return err
+			}
+			if !reflect.DeepEqual(bySeq, want) || !reflect.DeepEqual(byID, want) {
+				t.Errorf("event %d comes back as %+v (by id %+v), want %+v", want.Seq, bySeq, byID, want)
+			}
+		}
+		got, _, err := auditlog.List(log, auditlog.Filter{Outcome: auditlog.Unknown}, 0, 10)
+		if err != nil {
+			return err
+		}
+		if len(got) != 1 || !reflect.DeepEqual(got[0], unknown) {
+			t.Errorf("List of outcome unknown = %+v, want the one unknown event", got)
+		}
+		return nil
+	})
+	if v := verify(t, e, cp.Key); !v.OK() || v.Events != 3 || v.Checkpoints != 1 {
+		t.Errorf("verify: %d events, %d checkpoints, problems %+v", v.Events, v.Checkpoints, v.Problems)
+	}
+}

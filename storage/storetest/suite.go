@@ -64,6 +64,7 @@ var Tests = []Test{
 	{"Checkpoints", "checkpoints are signed when the log grew, kept in order; inclusion and consistency proofs and exports verify", testCheckpoints},
 	{"CheckpointReplaced", "a checkpoint stored again for its size replaces the first: the note with cosignature lines added comes back with them from Checkpoints and LatestCheckpoint, one per size, across a reopen, and still verifies", testCheckpointReplaced},
 	{"ReadSeamListing", "the read seam lists events by every filter, pages with a cursor, and finds events by sequence number and id", testListing},
+	{"EventFormat", "every event appended says its format (2), and one with an upstream or resolves member and the unknown outcome comes back whole, byte for byte, by Get, ByID, List and its outcome filter, and the tree over it verifies", testEventFormat},
 	// The store.
 	{"Durable", "what was committed is there after the store is closed and opened again", testDurable},
 	{"OriginRecordedOnce", "the store records its audit log's origin once, durably: none until claimed, and a second claim of another origin returns the first", testOrigin},

@@ -17,6 +17,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/digest"
 	"github.com/writerd/writerd/storage/bolt/boltlog"
+	"github.com/writerd/writerd/storage/bolt/bolttest"
 	"github.com/writerd/writerd/storage/bolt/kv"
 )
 
@@ -103,18 +104,36 @@ func okEvent(tm time.Time) *auditlog.Event {
 	}
 }
 
+// upstreamEvent is a write outside the store whose outcome is unknown.
+func upstreamEvent() *auditlog.Event {
+	e := failedEvent()
+	e.Outcome, e.Code, e.Status, e.Tool = auditlog.Unknown, "OUTCOME_UNKNOWN", 502, "memory_create_entities"
+	e.Upstream = &auditlog.Upstream{Name: "memory", Tool: "create_entities", Attempt: 1, End: "timeout", DurationMS: 30000}
+	return e
+}
+
+// resolutionEvent is an operator's resolution of event 3.
+func resolutionEvent() *auditlog.Event {
+	e := okEvent(t0)
+	e.Resolves = &auditlog.Resolution{Event: "01JGJFGR830000000000000000", Principal: "ops<bot>&1", Key: "k-00000042", Finding: "applied"}
+	return e
+}
+
 // Ensure the stored bytes are the RFC 8785 form of the event (members
 // sorted, no whitespace), with exactly the members of docs/DESIGN.md section 7:
-// code and status on failures only, targets always.
+// its format always, code and status on failures only, targets always,
+// upstream on a write outside the store, resolves on a resolution.
 func TestAppend_StoredCanonical(t *testing.T) {
-	all := []string{"code", "digest", "duration_ms", "id", "idempotency_key", "outcome",
+	all := []string{"code", "digest", "duration_ms", "format", "id", "idempotency_key", "outcome",
 		"principal", "request_id", "seq", "status", "targets", "time", "tool", "transport"}
 	db := MustOpen(t)
-	MustAppend(t, db, failedEvent(), okEvent(t0))
+	MustAppend(t, db, failedEvent(), okEvent(t0), upstreamEvent(), resolutionEvent())
 	got := stored(t, db)
 	for seq, want := range map[uint64][]string{
 		1: all,
 		2: slices.DeleteFunc(slices.Clone(all), func(s string) bool { return s == "code" || s == "status" }),
+		3: append(slices.Clone(all), "upstream"),
+		4: slices.Insert(slices.DeleteFunc(slices.Clone(all), func(s string) bool { return s == "code" || s == "status" }), 8, "resolves"),
 	} {
 		b := got[seq]
 		canon, err := digest.Canonical(b)
@@ -215,6 +234,88 @@ func TestAppend_Golden(t *testing.T) {
 		}
 		if !bytes.Equal(b, first) {
 			t.Errorf("decoded and re-encoded:\n%s\nstored:\n%s", b, first)
+		}
+		return nil
+	})
+}
+
+// Ensure a log an earlier writerd wrote (events of format 1, without a
+// format member) keeps those events' bytes when this one appends to it:
+// bolttest.AppendEarlier stores the very bytes the earlier writerd did
+// (testdata/event-format1.json, that writerd's golden event), the events
+// appended after it carry format 2 and follow it, every event decodes,
+// and the tree over the mixed log verifies from the stored bytes.
+func TestAppend_AfterFormat1(t *testing.T) {
+	db := MustOpen(t)
+	var earlier [][]byte
+	err := db.Update(func(tx *bolt.Tx) error {
+		for _, e := range []*auditlog.Event{failedEvent(), okEvent(t0)} {
+			earlier = append(earlier, bolttest.Tx{Tx: tx}.AppendEarlier(t, e))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "event-format1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := stored(t, db)[1]
+	if id := first[bytes.Index(first, []byte(`"id":"`))+6:][:26]; !bytes.Equal(bytes.Replace(first, id, []byte(string(id[:10])+"0000000000000000"), 1), want) {
+		t.Fatalf("the earlier event as stored:\n%s\nwant the earlier writerd's (testdata/event-format1.json):\n%s", first, want)
+	}
+	MustAppend(t, db, upstreamEvent(), okEvent(t0.Add(-time.Hour)))
+	MustAppend(t, db, resolutionEvent())
+	got := stored(t, db)
+	if len(got) != 5 {
+		t.Fatalf("%d events stored, want 5", len(got))
+	}
+	for i, b := range earlier {
+		if !bytes.Equal(got[uint64(i+1)], b) {
+			t.Errorf("event %d changed:\n%s\nwas\n%s", i+1, got[uint64(i+1)], b)
+		}
+		if bytes.Contains(b, []byte(`"format"`)) {
+			t.Errorf("event %d of format 1 holds a format member: %s", i+1, b)
+		}
+	}
+	MustView(t, db, func(tx *bolt.Tx) error {
+		log := boltlog.Bind(kv.Wrap(tx))
+		events, _, err := auditlog.List(log, auditlog.Filter{}, 0, 10)
+		if err != nil {
+			return err
+		}
+		for _, e := range events {
+			wantFormat := auditlog.Format
+			if e.Seq <= 2 {
+				wantFormat = 0
+			}
+			c, _ := e.Canonical()
+			switch {
+			case e.Format != wantFormat:
+				t.Errorf("event %d: format %d, want %d", e.Seq, e.Format, wantFormat)
+			case !bytes.Equal(c, got[e.Seq]):
+				t.Errorf("event %d decoded and encoded again:\n%s\nstored:\n%s", e.Seq, c, got[e.Seq])
+			case e.Seq > 1 && e.ID <= events[e.Seq-2].ID:
+				t.Errorf("event %d: id %s does not follow %s", e.Seq, e.ID, events[e.Seq-2].ID)
+			}
+		}
+		if events[2].Upstream == nil || events[2].Upstream.Name != "memory" || events[4].Resolves == nil {
+			t.Errorf("the upstream and resolves members did not come back: %+v, %+v", events[2], events[4])
+		}
+		v, err := auditlog.Verify(auditlog.Input{Events: log.Leaves(1)})
+		if err != nil {
+			return err
+		}
+		if !v.OK() || v.Events != 5 {
+			t.Errorf("verify over the mixed log: %d events, problems %+v", v.Events, v.Problems)
+		}
+		root, err := auditlog.TreeHash(log, 5)
+		if err != nil {
+			return err
+		}
+		if root != v.Root {
+			t.Errorf("the stored tree's root %x is not the root recomputed from the events, %x", root, v.Root)
 		}
 		return nil
 	})

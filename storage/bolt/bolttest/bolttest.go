@@ -3,7 +3,9 @@
 // audit log (verify, show), a project changed behind the tools' back
 // (check), a page of the file broken (start-up, check). It writes the
 // file with bbolt itself, or byte by byte, bypassing every store, as
-// someone who can write the file would.
+// someone who can write the file would. It also appends events as an
+// earlier writerd stored them (AppendEarlier), for the tests of a log
+// that mixes event formats.
 //
 // It is imported by tests only; it knows the backend's layout (its
 // buckets, how an event is stored, bbolt's pages) so that they need not.
@@ -22,6 +24,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/storage/bolt"
 )
@@ -66,6 +69,99 @@ func JSONStart(seq uint64) int {
 	n := int64(seq)
 	inner := tlog.StoredHashCount(n) - tlog.StoredHashCount(n-1) - 1
 	return 8 + int(inner)*tlog.HashSize
+}
+
+// AppendEarlier appends e as a writerd of event format 1 did, before the
+// events said their format: it gives e its place after the last event
+// stored (auditlog.Event.Follow, as boltlog's Append does), then clears
+// its format and stores its canonical JSON, which then has no "format"
+// member, with the tree hashes its append adds (the layout of Events).
+// Those are the bytes the earlier writerd stored: the event's canonical
+// JSON without the member is the earlier encoding (auditlog's
+// TestEvent_Format1KeepsItsBytes holds it to a stored event of that time).
+// It returns the bytes stored.
+func (tx Tx) AppendEarlier(t testing.TB, e *auditlog.Event) []byte {
+	t.Helper()
+	b := tx.Events()
+	var prevID string
+	var prevTime time.Time
+	if k, v := b.Cursor().Last(); k != nil {
+		prev, err := auditlog.DecodeEvent(v[JSONStart(binary.BigEndian.Uint64(k)):])
+		if err != nil {
+			t.Fatalf("the last event stored: %v", err)
+		}
+		prevID, prevTime = prev.ID, prev.Time
+	}
+	if err := e.Follow(prevID, prevTime); err != nil {
+		t.Fatal(err)
+	}
+	e.Format = 0 // format 1: no member
+	seq, err := b.NextSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Seq = seq
+	c, err := e.Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.put(t, seq, c)
+	return c
+}
+
+// AppendCanonical appends an event's bytes as given, under the next
+// sequence number (which the bytes' seq member should hold), with the
+// tree hashes its append adds: an event no writerd of this format would
+// write, such as one of a later format.
+func (tx Tx) AppendCanonical(t testing.TB, canonical []byte) uint64 {
+	t.Helper()
+	seq, err := tx.Events().NextSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.put(t, seq, canonical)
+	return seq
+}
+
+// put stores event seq's canonical JSON with the tree hashes its append
+// adds.
+func (tx Tx) put(t testing.TB, seq uint64, c []byte) {
+	t.Helper()
+	b := tx.Events()
+	hashes, err := tlog.StoredHashes(int64(seq-1), c, hashReader{b})
+	if err != nil {
+		t.Fatalf("the tree hashes of event %d: %v", seq, err)
+	}
+	v := append([]byte(nil), hashes[0][:8]...)
+	for _, h := range hashes[1:] {
+		v = append(v, h[:]...)
+	}
+	if err := b.Put(SeqKey(seq), append(v, c...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hashReader reads the tree's stored hashes out of the events bucket as
+// boltlog keeps them: an inner hash in the value of the event that
+// completed its subtree, a leaf's from the event's bytes.
+type hashReader struct{ b *bbolt.Bucket }
+
+func (r hashReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, index := range indexes {
+		level, n := tlog.SplitStoredHashIndex(index)
+		seq := uint64((n + 1) << level)
+		v := r.b.Get(SeqKey(seq))
+		if len(v) < JSONStart(seq) {
+			return nil, fmt.Errorf("event %d is missing or short", seq)
+		}
+		if level == 0 {
+			out[i] = tlog.RecordHash(v[JSONStart(seq):])
+			continue
+		}
+		copy(out[i][:], v[8+(level-1)*tlog.HashSize:])
+	}
+	return out, nil
 }
 
 // Update opens the file of a stopped store in dir read-write and changes
