@@ -1,6 +1,7 @@
 package bolt_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt"
+	"github.com/writerd/writerd/storage/bolt/kv"
 )
 
 // mustBackup backs db up into a new directory, as its writerd.db, and
@@ -252,5 +254,35 @@ func TestCheckBackup_Refuses(t *testing.T) {
 	db.Close()
 	if held, err := bolt.Held(filepath.Join(live, bolt.FileName)); err != nil || held {
 		t.Errorf("Held after Close = %v, %v; want false", held, err)
+	}
+}
+
+// Ensure a backup holds the store's secret of upstream keys: the backup,
+// opened read-only, answers the secret the database made.
+func TestBackup_HoldsTheSecret(t *testing.T) {
+	db := MustOpen(t, t.TempDir())
+	s := bolt.NewStorage(db, func(*kv.Tx) any { return nil })
+	var made []byte
+	err := s.Update(ctx, func(tx pipeline.Tx[any]) error {
+		var err error
+		made, err = tx.Keys().Secret()
+		return err
+	})
+	if err != nil || len(made) != 32 {
+		t.Fatalf("Secret = %x, %v", made, err)
+	}
+	dir, _ := mustBackup(t, db)
+	backup, err := bolt.OpenStorageReadOnly(dir, bolt.Domain[any]{Bind: func(*kv.Tx) any { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backup.Close()
+	var got []byte
+	if err := backup.View(ctx, func(tx pipeline.Tx[any]) error {
+		var err error
+		got, err = tx.Keys().Secret()
+		return err
+	}); err != nil || !bytes.Equal(got, made) {
+		t.Errorf("the backup's secret = %x, %v, want %x", got, err, made)
 	}
 }

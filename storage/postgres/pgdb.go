@@ -283,6 +283,11 @@ const migrateKey = 0x77726974_65726401 // "writerd" 1
 // migrate applies the migrations the database lacks, each in a
 // transaction with its version's row, one replica at a time.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return migrateTo(ctx, pool, SchemaVersion)
+}
+
+// migrateTo is migrate up to version only.
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, version int) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return wrapErr("migrate", err)
@@ -303,7 +308,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return ErrSchemaNewer
 	}
 	for _, m := range loadMigrations() {
-		if m.version <= have {
+		if m.version <= have || m.version > version {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(q pgx.Tx) error {
@@ -342,13 +347,17 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
 
 // Migrate brings the schema of the database at url up to date, as Open
 // does: for a test's template database.
-func Migrate(ctx context.Context, url string) error {
+func Migrate(ctx context.Context, url string) error { return MigrateTo(ctx, url, SchemaVersion) }
+
+// MigrateTo brings the schema of the database at url up to version only,
+// the schema of an earlier writerd: for the tests of an upgrade.
+func MigrateTo(ctx context.Context, url string, version int) error {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return ErrBadURL
 	}
 	defer pool.Close()
-	return migrate(ctx, pool)
+	return migrateTo(ctx, pool, version)
 }
 
 // signerKey is the advisory lock of the replica that signs checkpoints.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
@@ -54,4 +57,56 @@ func TestPostgres(t *testing.T) {
 		url := pgtest.Database(t)
 		return func() (storetest.Store, error) { return postgres.Open(context.Background(), postgres.Config{URL: url}) }
 	})
+}
+
+// Ensure the PostgreSQL store reads a database of the previous writerd,
+// migrated to schema 1 and its records inserted as that writerd did,
+// intact once Open has migrated it.
+func TestPostgresUpgrade(t *testing.T) {
+	pgtest.URL(t)
+	storetest.Upgrade(t, func(t testing.TB, records []*idempotency.Record) storetest.Opener {
+		url := pgtest.Empty(t)
+		if err := postgres.MigrateTo(context.Background(), url, 1); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range records {
+			pgtest.Exec(t, url, "INSERT INTO idempotency (principal, key, tool, digest, state, result, code, audit_id, created_at, expires_at) "+
+				"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+				r.Principal, r.Key, r.Tool, r.Digest, string(r.State), r.Result, r.Code, r.AuditID, r.CreatedAt.UnixNano(), r.ExpiresAt.UnixNano())
+		}
+		return func() (storetest.Store, error) { return postgres.Open(context.Background(), postgres.Config{URL: url}) }
+	})
+}
+
+// Ensure the PostgreSQL store's Unsettled reads the partial index
+// idempotency_unsettled, not every record: its query's plan, with
+// sequential scans priced out as on a table of many records, names it.
+func TestPostgresUnsettledByItsIndex(t *testing.T) {
+	pgtest.URL(t)
+	url := pgtest.Database(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := c.Query(ctx, "EXPLAIN "+postgres.UnsettledQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	rows.Close()
+	if all := strings.Join(lines, "\n"); !strings.Contains(all, "idempotency_unsettled") {
+		t.Errorf("the plan of Unsettled does not read idempotency_unsettled:\n%s", all)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -446,28 +445,4 @@ func Upgrade(t *testing.T, legacy Legacy) {
 	}
 	mustCollectExpired(e, now, 1)
 	mustDelete(e, completed, failed, p)
-}
-
-// outside names the promises of writes outside the store, which a
-// backend that does not keep them yet skips (notYet). TEMPORARY: until
-// PostgreSQL keeps them, in the next commit, which removes this.
-var outside = map[string]bool{"PendingRecordRoundTrip": true, "PendingNeverExpires": true, "UnknownUntilResolved": true,
-	"DeleteLeavesNothing": true, "UnsettledOldestFirst": true, "SecretMadeOnce": true, "FenceRace": true}
-
-// notYet reports whether b's key store answers Secret with its stub's
-// error: writes outside the store not kept yet.
-func notYet(t *testing.T, b Backend) bool {
-	s, err := b(t)()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var serr error
-	if err := s.View(context.Background(), func(tx pipeline.Tx[handlers.Store]) error {
-		_, serr = tx.Keys().Secret()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return serr != nil && strings.Contains(serr.Error(), "not supported yet")
 }
