@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -240,7 +241,7 @@ func TestOutcome_ListAndResolve(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		ts := kind.make(t)
 		od := mustStartOutcomeDaemon(t, ts)
-		local := ts.serveFlags()
+		local, localKey := ts.storeFlags(), ts.serveFlags() // resolve takes the replicas' key on PostgreSQL
 		od.mustUnknown("k-unknown-0001")
 		od.mustUnknown("k-unknown-0002")
 		held := make(chan reply, 1)
@@ -382,16 +383,16 @@ func TestOutcome_ListAndResolve(t *testing.T) {
 		if got := writeKeys(ws); got != "k-unknown-0002:unknown" {
 			t.Fatalf("outcome list on the store: %s", got)
 		}
-		r = od.run(append(append([]string{"outcome", "resolve"}, local...), "--principal", "agent", "--key", "k-unknown-0002", "--not-applied")...)
+		r = od.run(append(append([]string{"outcome", "resolve"}, localKey...), "--principal", "agent", "--key", "k-unknown-0002", "--not-applied")...)
 		if r.code != 0 || !strings.Contains(r.stdout, "not applied") {
 			t.Fatalf("resolve on the store: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 		od.mustKeep("resolve on the store", r.stdout+r.stderr)
-		evs = od.events(ts.auditFlags()...)
+		evs = od.events(local...)
 		if len(evs) != 2 || evs[1].Principal != "operator" || evs[1].Resolves == nil || evs[1].Resolves.Event != ws[0].AuditID || evs[1].Resolves.Finding != "not_applied" {
 			t.Fatalf("the events after resolving on the store: %d, last %+v", len(evs), evs[len(evs)-1])
 		}
-		if r := od.run(append(append([]string{"outcome", "resolve"}, local...), "--principal", "agent", "--key", "k-unknown-0002", "--applied")...); r.code != 1 || !strings.Contains(r.stderr, "already resolved the other way") {
+		if r := od.run(append(append([]string{"outcome", "resolve"}, localKey...), "--principal", "agent", "--key", "k-unknown-0002", "--applied")...); r.code != 1 || !strings.Contains(r.stderr, "already resolved the other way") {
 			t.Errorf("the other finding on the store: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 		if r := od.run(append([]string{"outcome", "list"}, local...)...); r.code != 0 || !strings.Contains(r.stdout, "no write is pending or of unknown outcome") {
@@ -422,5 +423,31 @@ func TestOutcome_Usage(t *testing.T) {
 		if out := r.stdout + r.stderr; r.code != c.code || !strings.Contains(out, c.want) {
 			t.Errorf("writerd %s: exit %d, want %d with %q:\n%s", strings.Join(c.args, " "), r.code, c.code, c.want, out)
 		}
+	}
+}
+
+// Ensure every writerd outcome command of docs/OPERATIONS.md's "Unknown
+// outcomes" is one its command takes, flag for flag.
+func TestOutcome_OperationsBlock(t *testing.T) {
+	block := strings.ReplaceAll(docBlock(t, "docs/OPERATIONS.md", "## Unknown outcomes"), "\\\n", " ")
+	n := 0
+	for line := range strings.Lines(block) {
+		args := strings.Fields(line)
+		if len(args) < 3 || args[0] != "writerd" || args[1] != "outcome" {
+			continue
+		}
+		n++
+		var stderr strings.Builder
+		cmd := (&OutcomeCommand{Stdout: io.Discard, Stderr: &stderr}).commands()[args[2]]
+		if cmd == nil {
+			t.Errorf("OPERATIONS.md: %s: no such command", line)
+			continue
+		}
+		if err := cmd.flags().parse(args[3:]); err != nil {
+			t.Errorf("OPERATIONS.md: %s\n%s", line, stderr.String())
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d writerd outcome commands in the block, want 2 (list, resolve)", n)
 	}
 }
