@@ -207,7 +207,7 @@ func (od *outcomeDaemon) mustKeep(what, output string) {
 // writerd audit list (the audit scope over --server, or where).
 func (od *outcomeDaemon) events(where ...string) []*auditlog.Event {
 	od.t.Helper()
-	r := od.run(append(append([]string{"audit", "list"}, where...), "--limit", "1000", "-o", "jsonl")...)
+	r := od.run(append(append([]string{"audit", "list"}, where...), "--tool", pipeline.ResolveToolName, "--limit", "1000", "-o", "jsonl")...)
 	if r.code != 0 {
 		od.t.Fatalf("audit list: exit %d\n%s", r.code, r.stderr)
 	}
@@ -217,9 +217,10 @@ func (od *outcomeDaemon) events(where ...string) []*auditlog.Event {
 		if err := json.Unmarshal([]byte(line), e); err != nil {
 			od.t.Fatal(err)
 		}
-		if e.Tool == pipeline.ResolveToolName {
-			evs = append(evs, e)
+		if e.Tool != pipeline.ResolveToolName {
+			od.t.Fatalf("audit list --tool %s listed an event of %s", pipeline.ResolveToolName, e.Tool)
 		}
+		evs = append(evs, e)
 	}
 	return evs
 }
