@@ -50,7 +50,7 @@ func FetchOutcomes(ctx context.Context, base *url.URL, token string, q OutcomeQu
 		return nil, fmt.Errorf("the answer of the daemon at %s was cut short: %w", base.Redacted(), err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, adminRefused(resp.StatusCode, b, base, token != "", PathOutcomes, "listing the unsettled writes")
+		return nil, adminRefused(resp.StatusCode, b, base, token != "", PathOutcomes, "listing and resolving the writes of unknown outcome")
 	}
 	page := new(OutcomePage)
 	if err := json.Unmarshal(b, page); err != nil {

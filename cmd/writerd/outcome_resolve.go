@@ -190,7 +190,9 @@ func (c *outcomeResolve) report(a *httpapi.ToolAnswer, finding string) error {
 	case pipeline.AlreadyExists:
 		return fmt.Errorf("the write is already resolved, by another principal's resolution, and its finding stands: %s", a.Message)
 	case pipeline.KeyFailed:
-		return fmt.Errorf("an earlier writerd outcome resolve of this write was refused, and its key (%s) answers that refusal until it expires: %s", resolutionKey(c.principal, c.key), a.Message)
+		// The pipeline's sentence is an agent's (send it with a new key):
+		// the resolution's key is made, not chosen.
+		return fmt.Errorf("an earlier writerd outcome resolve of this write with this finding was refused, and its refusal stands until the resolution's key (%s) expires; nothing was recorded: writerd outcome list shows whether the write is still unknown", resolutionKey(c.principal, c.key))
 	case pipeline.PermissionDenied:
 		return errors.New("the token lacks the admin scope, which resolving a write needs: make one with writerd token new --name operator --scopes admin")
 	default:

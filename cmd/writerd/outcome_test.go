@@ -332,6 +332,9 @@ func TestOutcome_ListAndResolve(t *testing.T) {
 				t.Errorf("exit %d, want %d with %q:\n%s", c.r.code, c.code, c.want, c.r.stderr)
 			}
 		}
+		if r := od.api(pipeline.ResolveToolName, "resolve.by-the-agent", `{"principal":"agent","key":"k-unknown-0001","finding":"applied"}`); r.errorCode() != "PERMISSION_DENIED" {
+			t.Errorf("resolve_write_outcome with a write token: %d %s", r.status, r.body)
+		}
 		if evs := od.events(od.server("audit")...); len(evs) != 0 {
 			t.Fatalf("%d resolution events after the refusals", len(evs))
 		}
@@ -395,6 +398,18 @@ func TestOutcome_ListAndResolve(t *testing.T) {
 		}
 		if r := od.run(append(append([]string{"outcome", "resolve"}, localKey...), "--principal", "agent", "--key", "k-unknown-0002", "--applied")...); r.code != 1 || !strings.Contains(r.stderr, "already resolved the other way") {
 			t.Errorf("the other finding on the store: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		// The write ops resolved over --server, resolved again as
+		// operator: refused, its finding standing (a failed event of
+		// operator's, whose key then answers the refusal again).
+		for i, want := range []string{"already resolved, by another principal's resolution", "its refusal stands"} {
+			r := od.run(append(append([]string{"outcome", "resolve"}, localKey...), "--principal", "agent", "--key", "k-unknown-0001", "--not-applied")...)
+			if r.code != 1 || !strings.Contains(r.stderr, want) {
+				t.Errorf("resolving again as another principal (%d): exit %d, want %q\n%s%s", i, r.code, want, r.stdout, r.stderr)
+			}
+		}
+		if evs := od.events(local...); len(evs) != 3 || evs[2].Outcome != auditlog.Failed || evs[2].Code != "ALREADY_EXISTS" {
+			t.Errorf("the events after resolving again as another principal: %d", len(evs))
 		}
 		if r := od.run(append([]string{"outcome", "list"}, local...)...); r.code != 0 || !strings.Contains(r.stdout, "no write is pending or of unknown outcome") {
 			t.Errorf("outcome list once all are resolved: exit %d\n%s%s", r.code, r.stdout, r.stderr)
