@@ -39,13 +39,14 @@ type Caller struct {
 	Principal string
 	Scopes    Scope
 	Transport string
-	// Grants are the named scopes the caller holds beyond Scopes: an
-	// upstream's own, which its tools need besides read or write.
-	Grants []string
+	// Grants are the named scopes the caller holds beyond Scopes, space
+	// separated (as OAuth writes scopes): an upstream's own, which its
+	// tools need besides read or write. A string keeps Caller comparable.
+	Grants string
 }
 
 // Holds reports whether the caller holds the named scope.
-func (c Caller) Holds(scope string) bool { return slices.Contains(c.Grants, scope) }
+func (c Caller) Holds(scope string) bool { return slices.Contains(strings.Fields(c.Grants), scope) }
 
 // ValidPrincipal reports whether name can be a principal: 1 to 128 bytes
 // of printable ASCII without spaces. Principals are stored in idempotency

@@ -53,3 +53,11 @@ type DiskUser interface {
 type Backuper interface {
 	Backup(ctx context.Context, begin func(size int64) (io.Writer, error)) (int64, error)
 }
+
+// Exclusive is a store that only one process opens at a time (bbolt: its
+// file lock): a pending record it holds when it opens belongs to no live
+// process, so the daemon takes every one over at start (Pipeline.RunTakeovers),
+// not only those past their lease.
+type Exclusive interface {
+	Exclusive() bool
+}

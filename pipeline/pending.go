@@ -391,9 +391,16 @@ func unknownMessage(auditID string, rec *idempotency.Record) string {
 func (p *Pipeline[D]) Takeover(ctx context.Context, all bool) (int, error) {
 	var due []*idempotency.Record
 	now := p.now()
+	pending, unknown := 0, 0
 	err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
+		pending, unknown, due = 0, 0, nil
 		return tx.Keys().Unsettled(func(r *idempotency.Record) error {
-			if r.State == idempotency.Pending && (all || !now.Before(r.LeaseUntil)) {
+			if r.State != idempotency.Pending {
+				unknown++
+				return nil
+			}
+			pending++
+			if all || !now.Before(r.LeaseUntil) {
 				due = append(due, r)
 			}
 			return nil
@@ -401,6 +408,9 @@ func (p *Pipeline[D]) Takeover(ctx context.Context, all bool) (int, error) {
 	})
 	if err != nil {
 		return 0, err
+	}
+	if p.cfg.Unsettled != nil {
+		p.cfg.Unsettled(pending, unknown)
 	}
 	n := 0
 	for _, r := range due {
@@ -490,3 +500,30 @@ const TransportTakeover = "takeover"
 // EndTakenOver is the upstream.end of a write a takeover recorded as
 // unknown without sending it again.
 const EndTakenOver = "taken_over"
+
+// RunTakeovers sweeps for pending records no process drives, every
+// every, until ctx ends (Takeover). With sole (a store only this process
+// opens), its first sweep takes over every pending record at once: the
+// store's lock proves their owner gone. Failures are logged, once while
+// the store is unavailable.
+func (p *Pipeline[D]) RunTakeovers(ctx context.Context, every time.Duration, sole bool) {
+	all := sole
+	unavailable := false
+	for {
+		_, err := p.Takeover(ctx, all)
+		switch {
+		case err == nil:
+			all, unavailable = false, false
+		case Public(err).Code == Unavailable:
+			if !unavailable {
+				p.log.Warn("take over pending writes", "cause", err.Error())
+			}
+			unavailable = true
+		default:
+			p.log.Error("take over pending writes", "cause", err.Error())
+		}
+		if !p.wait(ctx, every) {
+			return
+		}
+	}
+}

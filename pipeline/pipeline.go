@@ -49,6 +49,10 @@ type Config[D any] struct {
 	Lease    time.Duration
 	Sends    int
 	Attempts int
+	// Unsettled, if set, is told by each takeover sweep how many writes
+	// outside the store are pending and how many unknown and unresolved
+	// (for the metrics).
+	Unsettled func(pending, unknown int)
 
 	Logger  *slog.Logger     // default: discard
 	Metrics *metrics.Metrics // default: nil, which counts nothing
@@ -259,21 +263,33 @@ func (p *Pipeline[D]) callLog(ctx context.Context, c Caller, t *ToolInfo) *slog.
 // confirmed delete resent without "confirm" replays instead of previewing.
 // It reads in a read transaction; a key with no live record returns nil,
 // and the write looks it up again inside its own transaction.
+//
+// A pending record (a write outside the store whose call is in flight,
+// on any process) is waited for, within the key's wait, and then
+// answered from, or IDEMPOTENCY_KEY_IN_USE.
 func (p *Pipeline[D]) lookup(ctx context.Context, c Caller, key, digest string) *Result {
-	var rec *idempotency.Record
-	err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
-		var err error
-		rec, err = tx.Keys().Get(c.Principal, key)
-		return err
-	})
-	if err != nil {
-		return p.reject(ctx, err)
+	deadline := time.Now().Add(p.cfg.KeyWait)
+	for {
+		var rec *idempotency.Record
+		err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
+			var err error
+			rec, err = tx.Keys().Get(c.Principal, key)
+			return err
+		})
+		if err != nil {
+			return p.reject(ctx, err)
+		}
+		now := p.now()
+		switch rec.Match(digest, now) {
+		case idempotency.Run:
+			return nil
+		case idempotency.Wait:
+			if time.Now().Before(deadline) && p.pause(ctx, deadline) {
+				continue
+			}
+		}
+		return p.settled(RequestID(ctx), rec, digest, now)
 	}
-	now := p.now()
-	if rec.Match(digest, now) == idempotency.Run {
-		return nil
-	}
-	return p.settled(RequestID(ctx), rec, digest, now)
 }
 
 // now is the pipeline's clock: Config.Now, never earlier than a time it

@@ -93,6 +93,10 @@ func (s *Storage[D]) Ready(ctx context.Context) error { return s.db.Ready(ctx) }
 // without a log line a poll.
 func (s *Storage[D]) Lead(context.Context) bool { return s.db.Poisoned() == nil }
 
+// Exclusive reports true: the file's lock keeps every other process out
+// (pipeline.Exclusive).
+func (s *Storage[D]) Exclusive() bool { return true }
+
 // SetLogger has the store log to l (DB.SetLogger).
 func (s *Storage[D]) SetLogger(l *slog.Logger) { s.db.SetLogger(l) }
 

@@ -72,6 +72,21 @@ func (u *upstream) Send(ctx context.Context, c *pipeline.ExternalCall) *pipeline
 	return answered(fmt.Sprintf("T-%d", n))
 }
 
+// entered waits for a sending to begin, failing the test if a call in
+// done ended before it was sent.
+func (u *upstream) waitEntered(t testing.TB, done <-chan *pipeline.Result) *pipeline.ExternalCall {
+	t.Helper()
+	select {
+	case c := <-u.entered:
+		return c
+	case r := <-done:
+		t.Fatalf("the call ended before it was sent: %s", r.ErrorJSON())
+	case <-time.After(30 * time.Second):
+		t.Fatal("no sending began within 30s")
+	}
+	return nil
+}
+
 // answered is a Done answer naming ticket id.
 func answered(id string) *pipeline.ExternalAnswer {
 	return &pipeline.ExternalAnswer{Disposition: pipeline.Done, End: "answered",
@@ -143,7 +158,7 @@ func testExternalOnce(t *testing.T, b Backend) {
 	e := newExternalEnv(t, b, u)
 	done := make(chan *pipeline.Result, 1)
 	go func() { done <- e.Call(Caller, "ext_create", extArgs("ext-key-0001", "one")) }()
-	c := <-u.entered
+	c := u.waitEntered(t, done)
 	// While it is sent, the record is pending and durable: running,
 	// since its creation, attempt 1.
 	rec := e.Record(Caller.Principal, "ext-key-0001")
@@ -333,8 +348,9 @@ func testExternalRedrive(t *testing.T, b Backend) {
 	}
 	// A sending that proves nothing left after one that may have reached
 	// the upstream does not make the call unsent.
+	base := len(u.sent())
 	u.answer = func(n int, c *pipeline.ExternalCall) *pipeline.ExternalAnswer {
-		if n%2 == 1 {
+		if (n-base)%2 == 1 {
 			return ended(pipeline.Uncertain, "lost")(n, c)
 		}
 		return ended(pipeline.NotSent, "not_sent")(n, c)
@@ -355,7 +371,7 @@ func testExternalCallerGone(t *testing.T, b Backend) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan *pipeline.Result, 1)
 	go func() { done <- e.P.Call(ctx, Caller, "ext_create", []byte(extArgs("ext-key-0009", "nine"))) }()
-	<-u.entered
+	u.waitEntered(t, done)
 	cancel()
 	time.Sleep(20 * time.Millisecond) // let a wrongly bound call see it
 	close(u.hold)
@@ -384,7 +400,7 @@ func testExternalPendingRetry(t *testing.T, b Backend) {
 	}
 	done := make(chan *pipeline.Result, 1)
 	go func() { done <- e.Call(Caller, "ext_create", extArgs("ext-key-0010", "ten")) }()
-	<-u.entered
+	u.waitEntered(t, done)
 	start := time.Now()
 	r := other.Call(context.Background(), Caller, "ext_create", []byte(extArgs("ext-key-0010", "ten")))
 	MustCode(t, r, pipeline.KeyInUse, pipeline.RetrySameKey)
@@ -420,7 +436,7 @@ func testExternalTakeover(t *testing.T, b Backend) {
 	done := make(chan *pipeline.Result, 2)
 	go func() { done <- e.Call(Caller, "ext_create", extArgs("ext-key-0011", "eleven")) }()
 	go func() { done <- e.Call(Caller, "ext_create_idem", extArgs("ext-key-0012", "twelve")) }()
-	first, second := <-u.entered, <-u.entered
+	first, second := u.waitEntered(t, done), u.waitEntered(t, done)
 	if n, err := other.Takeover(context.Background(), false); err != nil || n != 0 {
 		t.Fatalf("takeover within the lease: %d, %v; want none", n, err)
 	}
@@ -500,5 +516,44 @@ func testExternalUpstreamKey(t *testing.T, b Backend) {
 	rec := e.Record(Caller.Principal, "ext-key-0013")
 	if string(again) != string(secret) || pipeline.UpstreamKey(again, "", Caller.Principal, "ext-key-0013", rec.CreatedAt) != sent[2].UpstreamKey {
 		t.Errorf("after a reopen the upstream key of the record is not the one sent")
+	}
+}
+
+// Ensure a pending record left by a process that died is taken over when
+// its lease runs out, and, on a store only one process opens, at once
+// when it opens (the lock proves the owner gone); until then it stays.
+func testExternalTakeoverAtStart(t *testing.T, b Backend) {
+	u := newUpstream()
+	e := newExternalEnv(t, b, u)
+	now := e.Now()
+	dead := &idempotency.Record{
+		Principal: Caller.Principal, Key: "ext-key-0014", Tool: "ext_create", Digest: strings.Repeat("d", 64),
+		State: idempotency.Pending, Owner: "a-process-that-died", Attempt: 1, LeaseUntil: now.Add(time.Hour),
+		UpstreamKey: strings.Repeat("k", 43), Args: json.RawMessage(`{"title":"left"}`),
+		CreatedAt: now, ExpiresAt: idempotency.Never,
+	}
+	e.Update(func(tx pipeline.Tx[handlers.Store]) error { return tx.Keys().Put(dead) })
+	e.Reopen()
+	_, sole := e.Store.(pipeline.Exclusive)
+	t.Logf("the store is exclusive: %v", sole)
+	n, err := e.P.Takeover(context.Background(), sole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sole {
+		if rec := e.Record(Caller.Principal, "ext-key-0014"); n != 0 || rec.State != idempotency.Pending || len(e.Events()) != 0 {
+			t.Fatalf("a shared store within the lease: took %d, record %+v; want it left pending", n, rec)
+		}
+		e.Advance(time.Hour)
+		if n, err = e.P.Takeover(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := e.EventsOf("ext-key-0014")
+	if n != 1 || len(evs) != 1 || evs[0].Outcome != auditlog.Unknown || evs[0].Transport != pipeline.TransportTakeover || len(u.sent()) != 0 {
+		t.Fatalf("took %d, events %+v, sent %d; want one unknown event of the takeover and nothing sent", n, evs, len(u.sent()))
+	}
+	if r := e.Call(Caller, "ext_create", `{"idempotency_key":"ext-key-0014","title":"left"}`); r.Err == nil || r.Err.Code != pipeline.UnknownOutcome && r.Err.Code != pipeline.KeyReused {
+		t.Errorf("a retry of the taken-over key = %+v, want no run", r)
 	}
 }
