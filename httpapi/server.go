@@ -57,6 +57,10 @@ type Config struct {
 	MaxBody  int64 // default DefaultMaxBody
 	// Backup is served at GET /v1/admin/backup to callers with the admin scope (backup.go); nil serves no route.
 	Backup Backup
+	// Outcomes is served at GET /v1/outcomes to callers with the admin
+	// scope (outcome.go): the pending writes and those of unknown outcome;
+	// nil serves no route.
+	Outcomes Outcomes
 	// Console is the audit console, served under /ui/ to browsers signed
 	// in with an audit token (package httpapi/console: its own sessions,
 	// not Authenticate); nil serves none.
@@ -90,6 +94,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("/", s.notFound)
 	s.registerBackup(mux)
+	s.registerOutcomes(mux)
 	if cfg.Console != nil {
 		cfg.Console.Register(mux) // each page its own route, counted and logged as such
 	}
@@ -324,6 +329,9 @@ func (s *server) notFound(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.cfg.Backup != nil {
 		routes += ", GET /v1/admin/backup"
+	}
+	if s.cfg.Outcomes != nil {
+		routes += ", GET " + PathOutcomes
 	}
 	if s.cfg.Console != nil {
 		routes += ", the audit console under /ui/ (in a browser)"

@@ -139,8 +139,9 @@ func checkFilters(fs *flagSet, f auditlog.Filter) error {
 }
 
 // auditTools returns the names of the tools whose calls the audit log
-// records, the write tools (built in, and any this build adds), and of
-// those whose calls it does not, the read tools.
+// records, the write tools (built in, the resolution of an unknown
+// outcome that every pipeline has, and any this build adds), and of those
+// whose calls it does not, the read tools.
 func auditTools() (write, read []string) {
 	tools := handlers.Tools()
 	if extraTools != nil {
@@ -153,7 +154,7 @@ func auditTools() (write, read []string) {
 			write = append(write, t.Name)
 		}
 	}
-	return write, append(read, pipeline.OutcomeToolName)
+	return append(write, pipeline.ResolveToolName), append(read, pipeline.OutcomeToolName)
 }
 
 // auditedCodes returns the codes a failed write's audit event can carry.

@@ -150,6 +150,10 @@ func clearCommandEnv() []string {
 			for _, sub := range (&AuditCommand{Stdout: io.Discard, Stderr: io.Discard}).commands() {
 				add(sub.flags())
 			}
+		case "outcome":
+			for _, sub := range (&OutcomeCommand{Stdout: io.Discard, Stderr: io.Discard}).commands() {
+				add(sub.flags())
+			}
 		case "token":
 			tc := &TokenCommand{Stdout: io.Discard, Stderr: io.Discard}
 			for sub, s := range tokenCommands {

@@ -40,6 +40,7 @@ func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command 
 		"restore": &RestoreCommand{Stdout: stdout, Stderr: stderr},
 		"token":   &TokenCommand{Stdout: stdout, Stderr: stderr},
 		"audit":   &AuditCommand{Stdout: stdout, Stderr: stderr},
+		"outcome": &OutcomeCommand{Stdout: stdout, Stderr: stderr},
 		"bench":   &BenchCommand{Stdout: stdout, Stderr: stderr},
 		"version": &VersionCommand{Stdout: stdout, Stderr: stderr},
 	}
@@ -131,6 +132,7 @@ Commands:
 	restore   put a backup in place, and the record of what was signed for its log alone
 	token     make, list and revoke the bearer tokens of the HTTP transports
 	audit     list, show, verify and export the audit log: writerd help audit
+	outcome   list the writes to upstreams of unknown outcome, and resolve them
 	bench     drive writes at a chosen concurrency and report what they cost
 	version   print the version (also: writerd --version)
 	help      print a command's usage and flags: writerd help serve, writerd help audit verify

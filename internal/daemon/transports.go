@@ -71,7 +71,7 @@ func (d *Daemon) HTTPHandler(h HTTP) http.Handler {
 			Ready:        d.Checks,
 			Audit:        &httpapi.Audit{Log: d.Audit(), VerifierKey: vkey, Sign: d.checkpointer.Sign, Public: h.AuditPublic},
 			Gatherer:     d.Registry, Metrics: d.Metrics, Logger: d.log, MaxBody: h.MaxBody,
-			Backup: d.Backup, ProtectedResource: h.ProtectedResource,
+			Backup: d.Backup, Outcomes: d.Outcomes, ProtectedResource: h.ProtectedResource,
 			Console: con,
 		})
 	})
