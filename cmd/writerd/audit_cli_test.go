@@ -30,7 +30,7 @@ func TestAuditList_FilterValues(t *testing.T) {
 		return append(append([]string{"audit", "list"}, seeded.storeFlags()...), args...)
 	}
 	writeTools := "create_project, update_project, delete_project, create_record, update_record, delete_record, delete_records or resolve_write_outcome"
-	codes := "ALREADY_EXISTS, INTERNAL, NOT_FOUND, PROJECT_NOT_EMPTY, RECORD_LOCKED or REVISION_CONFLICT"
+	codes := "ALREADY_EXISTS, INTERNAL, NOT_FOUND, OUTCOME_UNKNOWN, PROJECT_NOT_EMPTY, RECORD_LOCKED, REVISION_CONFLICT or UPSTREAM_REFUSED"
 	for _, tt := range []struct {
 		name, stderr string
 		args         []string
