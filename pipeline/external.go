@@ -43,9 +43,11 @@ const (
 // External sends the calls of one tool outside the store.
 type External interface {
 	// Slot waits at most wait for one of the upstream's call slots and
-	// returns its release: idempotency.ErrInUse-like errors are answered
-	// UNAVAILABLE with same_key, before anything is recorded. ErrNoSlot
-	// says the wait ran out; ctx's error that the caller went away.
+	// returns its release, before anything of the call is recorded.
+	// ErrNoSlot says the wait ran out, ctx's error that the caller went
+	// away, an UNAVAILABLE *Error why the tool cannot be called now (its
+	// upstream down, its definition changed); each is answered UNAVAILABLE
+	// with same_key, nothing recorded.
 	Slot(ctx context.Context, wait time.Duration) (release func(), err error)
 	// Send sends one attempt of the call and says how it ended. ctx is
 	// not the caller's: the caller's going away does not end it, and
@@ -325,6 +327,10 @@ func (p *Pipeline[D]) readExternal(ctx context.Context, c Caller, t *Tool[D], in
 // noSlot is the answer to a call that found no slot of its upstream, or
 // whose caller went away while it waited: nothing was recorded.
 func noSlot(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) && e.Code == Unavailable {
+		return e // the External's own sentence: a tool withdrawn, an upstream down
+	}
 	if errors.Is(err, ErrNoSlot) {
 		return Wrap(Unavailable, err, "The upstream of this tool is busy with other calls and nothing of this one was recorded; send it again with the same key shortly.")
 	}

@@ -520,18 +520,30 @@ func (p *Pipeline[D]) RunTakeovers(ctx context.Context, every time.Duration, sol
 	for {
 		_, err := p.Takeover(ctx, all)
 		switch {
+		case ctx.Err() != nil:
+			return // stopping: the sweep's transaction was cut short
 		case err == nil:
 			all, unavailable = false, false
 		case Public(err).Code == Unavailable:
 			if !unavailable {
-				p.log.Warn("take over pending writes", "cause", err.Error())
+				p.log.Warn("take over pending writes", "cause", privateCause(err))
 			}
 			unavailable = true
 		default:
-			p.log.Error("take over pending writes", "cause", err.Error())
+			p.log.Error("take over pending writes", "cause", privateCause(err))
 		}
 		if !p.wait(ctx, every) {
 			return
 		}
 	}
+}
+
+// privateCause is what the log says of err: the private cause of an
+// *Error, which its Error() keeps to the public sentence.
+func privateCause(err error) string {
+	var e *Error
+	if errors.As(err, &e) && e.Err != nil {
+		return e.Err.Error()
+	}
+	return err.Error()
 }
