@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,7 +21,9 @@ import (
 	"github.com/writerd/writerd/handlers/upstream/upstreamtest"
 )
 
-var transports = []string{"stdio", "http"}
+// transports: stdio, Streamable HTTP answering event streams, and
+// Streamable HTTP answering application/json bodies.
+var transports = []string{"stdio", "http", "http-json"}
 
 // env is one fake and one SDK client connected to it, every byte the
 // client received kept in raw.
@@ -77,7 +80,8 @@ func start(t *testing.T, transport string, opts upstreamtest.Options, copts *mcp
 			}
 		})
 		tr = &mcp.IOTransport{Reader: io.NopCloser(io.TeeReader(out, e.raw)), Writer: in}
-	case "http":
+	case "http", "http-json":
+		opts.JSONResponse = transport == "http-json"
 		e.srv = upstreamtest.StartHTTP(t, opts)
 		e.exited = make(chan struct{})
 		go func() { <-e.srv.Exited(); close(e.exited) }()
@@ -93,17 +97,15 @@ func connect(t *testing.T, tr mcp.Transport, copts *mcp.ClientOptions) *mcp.Clie
 		copts = &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "upstreamtest", Version: "1"}, copts)
+	if copts == refusing {
+		c.AddReceivingMiddleware(refuseRequests)
+	}
 	cs, err := c.Connect(context.Background(), tr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
-}
-
-// reconnect connects another client to e's HTTP fake.
-func (e *env) reconnect(copts *mcp.ClientOptions) *mcp.ClientSession {
-	return connect(e.t, &mcp.StreamableClientTransport{Endpoint: e.srv.URL}, copts)
 }
 
 // kill ends the fake with SIGKILL.
@@ -120,7 +122,10 @@ func (e *env) call(name string, args any, meta mcp.Meta) (*mcp.CallToolResult, e
 	return e.callCtx(context.Background(), name, args, meta)
 }
 
+// callCtx calls a tool; meta is copied, since the SDK's CallTool writes
+// into the map it is given (a race between two calls sharing one).
 func (e *env) callCtx(ctx context.Context, name string, args any, meta mcp.Meta) (*mcp.CallToolResult, error) {
+	meta = maps.Clone(meta)
 	return e.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args, Meta: meta})
 }
 

@@ -14,11 +14,9 @@ import (
 	"github.com/writerd/writerd/handlers/upstream/upstreamtest"
 )
 
-// The tools, each with whether it writes (executes, with a ledger entry).
-// view_ticket's annotations lie: it says it is read-only, and it writes
-// (it counts a view).
-var toolNames = []string{"create_ticket", "close_ticket", "add_comment", "get_ticket", "view_ticket"}
-
+// The tools that write (execute, with a ledger entry); get_ticket is the
+// one read. view_ticket's annotations lie: it says it is read-only, and
+// it writes (it counts a view).
 var writes = map[string]bool{
 	"create_ticket": true,
 	"close_ticket":  true,
@@ -305,10 +303,12 @@ func (f *fake) handler(name string) mcp.ToolHandler {
 func askFor(kind string) mcp.InputRequest {
 	switch kind {
 	case upstreamtest.AskSampling:
+		//lint:ignore SA1019 deprecated, and what an upstream may still ask
 		return &mcp.CreateMessageParams{MaxTokens: 16, Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "Should this ticket be filed?"}}}}
 	case upstreamtest.AskElicitation:
 		return &mcp.ElicitParams{Message: "Confirm filing this ticket.", RequestedSchema: obj{"type": "object", "properties": obj{"ok": obj{"type": "boolean"}}}}
 	default:
+		//lint:ignore SA1019 deprecated, and what an upstream may still ask
 		return &mcp.ListRootsParams{}
 	}
 }
