@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -309,4 +311,42 @@ func rpcCode(err error) int64 {
 		return w.Code
 	}
 	return 0
+}
+
+// Ensure a ledger line cut by a crash (never answered, since the answer
+// follows the fsync) is dropped: ReadLedger leaves it out, and the next
+// execution replaces it rather than appending to it.
+func TestLedgerCutLine(t *testing.T) {
+	path := t.TempDir() + "/ledger.jsonl"
+	e := start(t, "stdio", upstreamtest.Options{Ledger: path}, nil)
+	e.ok("create_ticket", ticketArgs("Whole"), nil)
+	e.kill()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"time":"2026-12-02T00:00:00Z","tool":"create_ti`)
+	f.Close()
+	if es, err := upstreamtest.ReadLedger(path); err != nil || len(es) != 1 {
+		t.Fatalf("%d entries, %v; want the whole one", len(es), err)
+	}
+	e2 := start(t, "stdio", upstreamtest.Options{Ledger: path}, nil)
+	res := e2.ok("create_ticket", ticketArgs("After"), nil)
+	if !strings.Contains(structured(t, res), `"id":"T-2"`) {
+		t.Errorf("after the cut line: %s", structured(t, res))
+	}
+	if es := e2.entries(); len(es) != 2 || es[1].Ticket.Title != "After" {
+		t.Errorf("entries %+v", es)
+	}
+}
+
+// Ensure the fake listens on loopback only.
+func TestLoopbackOnly(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", "[::]:0", "192.0.2.1:0"} {
+		argv := upstreamtest.HTTPCommand(upstreamtest.Build(t), addr, upstreamtest.Options{Ledger: t.TempDir() + "/l"})
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "only a loopback address") {
+			t.Errorf("%s: %v, %s", addr, err, out)
+		}
+	}
 }

@@ -11,6 +11,15 @@
 // replayed, so that a restarted instance, or several sharing one ledger,
 // see the same tickets; a ledger is guarded by an flock of LEDGER.lock.
 //
+// The tools: create_ticket (an output schema; structuredContent
+// {"ticket": {...}}), close_ticket (destructiveHint), add_comment (no
+// output schema; text content), view_ticket (its annotations lie: it
+// declares readOnlyHint and counts a view, an execution) and get_ticket,
+// the one read (no ledger entry). With keys taken (Switches.Keys), a call
+// whose key is in the ledger does not execute: it answers the stored
+// answer, also after a restart and from another instance; the same key
+// with other arguments is refused (isError) and executes nothing.
+//
 // Beside the ledger live LEDGER.control (the switches in force, JSON, read
 // at every call; see Switches) and LEDGER.instances/ (one file per running
 // instance naming its loopback control address, which SetSwitches posts
