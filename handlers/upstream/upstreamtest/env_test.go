@@ -21,9 +21,16 @@ import (
 	"github.com/writerd/writerd/handlers/upstream/upstreamtest"
 )
 
-// transports: stdio, Streamable HTTP answering event streams, and
-// Streamable HTTP answering application/json bodies.
-var transports = []string{"stdio", "http", "http-json"}
+// transports: stdio, Streamable HTTP answering event streams, answering
+// application/json bodies, and without sessions (the only HTTP on which
+// the go-sdk speaks protocol 2026-07-28).
+var transports = []string{"stdio", "http", "http-json", "http-stateless"}
+
+// versions: the SDK's latest protocol (a server's requests embedded in
+// an input-required result, list_changed through subscriptions/listen)
+// and the one before (requests sent by the server, list_changed on the
+// session).
+var versions = []string{"2026-07-28", "2025-11-25"}
 
 // env is one fake and one SDK client connected to it, every byte the
 // client received kept in raw.
@@ -39,8 +46,9 @@ type env struct {
 }
 
 // start runs a fake over the transport and connects an SDK client;
-// copts nil is a client with no capabilities.
-func start(t *testing.T, transport string, opts upstreamtest.Options, copts *mcp.ClientOptions) *env {
+// copts nil is a client with no capabilities; version, if given, is the
+// protocol version the client asks for (the SDK's latest otherwise).
+func start(t *testing.T, transport string, opts upstreamtest.Options, copts *mcp.ClientOptions, version ...string) *env {
 	t.Helper()
 	if opts.Ledger == "" {
 		opts.Ledger = filepath.Join(t.TempDir(), "ledger.jsonl")
@@ -80,18 +88,19 @@ func start(t *testing.T, transport string, opts upstreamtest.Options, copts *mcp
 			}
 		})
 		tr = &mcp.IOTransport{Reader: io.NopCloser(io.TeeReader(out, e.raw)), Writer: in}
-	case "http", "http-json":
+	case "http", "http-json", "http-stateless":
 		opts.JSONResponse = transport == "http-json"
+		opts.Stateless = transport == "http-stateless"
 		e.srv = upstreamtest.StartHTTP(t, opts)
 		e.exited = make(chan struct{})
 		go func() { <-e.srv.Exited(); close(e.exited) }()
 		tr = &mcp.StreamableClientTransport{Endpoint: e.srv.URL, HTTPClient: &http.Client{Transport: e.raw}}
 	}
-	e.cs = connect(t, tr, copts)
+	e.cs = connect(t, tr, copts, version...)
 	return e
 }
 
-func connect(t *testing.T, tr mcp.Transport, copts *mcp.ClientOptions) *mcp.ClientSession {
+func connect(t *testing.T, tr mcp.Transport, copts *mcp.ClientOptions, version ...string) *mcp.ClientSession {
 	t.Helper()
 	if copts == nil {
 		copts = &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}
@@ -100,9 +109,16 @@ func connect(t *testing.T, tr mcp.Transport, copts *mcp.ClientOptions) *mcp.Clie
 	if copts == refusing {
 		c.AddReceivingMiddleware(refuseRequests)
 	}
-	cs, err := c.Connect(context.Background(), tr, nil)
+	var sopts *mcp.ClientSessionOptions
+	if len(version) > 0 {
+		sopts = &mcp.ClientSessionOptions{ProtocolVersion: version[0]}
+	}
+	cs, err := c.Connect(context.Background(), tr, sopts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(version) > 0 && cs.InitializeResult().ProtocolVersion != version[0] {
+		t.Skipf("protocol %s negotiated, not %s", cs.InitializeResult().ProtocolVersion, version[0])
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs

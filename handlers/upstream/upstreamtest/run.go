@@ -69,6 +69,10 @@ type Options struct {
 	// JSONResponse: over HTTP, answers are application/json bodies
 	// instead of event streams.
 	JSONResponse bool
+	// Stateless: over HTTP, no sessions; the go-sdk speaks protocol
+	// 2026-07-28 over Streamable HTTP only so (a stateful fake
+	// negotiates 2025-11-25).
+	Stateless bool
 }
 
 // StdioCommand is the argv that runs the fake bin over stdio (what
@@ -85,6 +89,9 @@ func HTTPCommand(bin, addr string, opts Options) []string {
 	argv := []string{bin, "-http", addr, "-ledger", opts.Ledger}
 	if opts.JSONResponse {
 		argv = append(argv, "-json-response")
+	}
+	if opts.Stateless {
+		argv = append(argv, "-stateless")
 	}
 	return append(argv, opts.Switches.Flags()...)
 }

@@ -17,15 +17,18 @@ import (
 
 // each runs f over both transports, with the switches given as flags at
 // start and as the control file set while connected.
-func each(t *testing.T, sw upstreamtest.Switches, copts *mcp.ClientOptions, f func(t *testing.T, e *env)) {
+func each(t *testing.T, sw upstreamtest.Switches, copts *mcp.ClientOptions, f func(t *testing.T, e *env), version ...string) {
 	for _, tr := range transports {
 		for _, how := range []string{"flags", "control"} {
 			t.Run(tr+"/"+how, func(t *testing.T) {
+				if tr == "http-stateless" && len(version) > 0 && version[0] < "2026-07-28" {
+					t.Skip("a stateless server of the protocols before 2026-07-28 cannot send requests")
+				}
 				var e *env
 				if how == "flags" {
-					e = start(t, tr, upstreamtest.Options{Switches: sw}, copts)
+					e = start(t, tr, upstreamtest.Options{Switches: sw}, copts, version...)
 				} else {
-					e = start(t, tr, upstreamtest.Options{}, copts)
+					e = start(t, tr, upstreamtest.Options{}, copts, version...)
 					if err := upstreamtest.SetSwitches(e.ledger, sw); err != nil {
 						t.Fatal(err)
 					}
@@ -256,6 +259,12 @@ func refuseRequests(next mcp.MethodHandler) mcp.MethodHandler {
 // none of it gets no answer and nothing executes; a client that answers
 // gets the execution, which the ledger marks.
 func TestSwitchAsk(t *testing.T) {
+	for _, v := range versions {
+		t.Run(v, func(t *testing.T) { testAsk(t, v) })
+	}
+}
+
+func testAsk(t *testing.T, v string) {
 	for _, kind := range []string{upstreamtest.AskSampling, upstreamtest.AskElicitation, upstreamtest.AskRoots} {
 		t.Run(kind+"/refused", func(t *testing.T) {
 			each(t, upstreamtest.Switches{Ask: kind}, refusing, func(t *testing.T, e *env) {
@@ -266,7 +275,7 @@ func TestSwitchAsk(t *testing.T) {
 				if n := len(e.entries()); n != 0 {
 					t.Errorf("%d entries, want none", n)
 				}
-			})
+			}, v)
 		})
 		answering := &mcp.ClientOptions{
 			Capabilities: &mcp.ClientCapabilities{},
@@ -288,7 +297,7 @@ func TestSwitchAsk(t *testing.T) {
 				if es := e.entries(); len(es) != 1 || es[0].Asked != kind {
 					t.Errorf("entries %+v, want one asked %s", es, kind)
 				}
-			})
+			}, v)
 		})
 	}
 }

@@ -84,10 +84,11 @@ func main() {
 	log.SetFlags(0)
 	log.SetPrefix("fakeupstream: ")
 	var (
-		stdio    = flag.Bool("stdio", false, "serve MCP over stdin and stdout")
-		httpAddr = flag.String("http", "", "serve Streamable HTTP on this loopback address (host:port)")
-		path     = flag.String("ledger", "", "the ledger file (its state and control files beside it)")
-		jsonResp = flag.Bool("json-response", false, "HTTP: answer application/json, not an event stream")
+		stdio     = flag.Bool("stdio", false, "serve MCP over stdin and stdout")
+		httpAddr  = flag.String("http", "", "serve Streamable HTTP on this loopback address (host:port)")
+		path      = flag.String("ledger", "", "the ledger file (its state and control files beside it)")
+		jsonResp  = flag.Bool("json-response", false, "HTTP: answer application/json, not an event stream")
+		stateless = flag.Bool("stateless", false, "HTTP: no sessions (the only way the SDK speaks protocol 2026-07-28 over HTTP)")
 	)
 	f := &fake{}
 	f.flags.Register(flag.CommandLine)
@@ -131,7 +132,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return f.server }, &mcp.StreamableHTTPOptions{JSONResponse: *jsonResp})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return f.server }, &mcp.StreamableHTTPOptions{JSONResponse: *jsonResp, Stateless: *stateless})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
 	srv := &http.Server{Handler: wrapHTTP(mux)}
