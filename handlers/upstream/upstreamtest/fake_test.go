@@ -190,6 +190,22 @@ func TestStateAcrossRestartsAndInstances(t *testing.T) {
 		if es := x.entries(); len(es) != 2 || es[0].Instance == es[1].Instance {
 			t.Errorf("entries %+v", es)
 		}
+
+		// One key raced on both instances: one execution.
+		c, _ := keyed(sw, ticketArgs("Raced"), "K9")
+		var wg sync.WaitGroup
+		for i := range 16 {
+			on := []*env{x, y}[i%2]
+			wg.Go(func() {
+				if _, err := on.call("create_ticket", c, nil); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := upstreamtest.ByKey(x.entries())["K9"]; n != 1 {
+			t.Errorf("K9 executed %d times on two instances, want once", n)
+		}
 	})
 }
 
