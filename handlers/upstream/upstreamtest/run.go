@@ -1,0 +1,185 @@
+package upstreamtest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// BuildTo builds fakeupstream into dir and returns the binary's path. It
+// builds from this package's source folder, so it works wherever the
+// source tree is (tests, writerd bench run from a checkout).
+func BuildTo(dir string) (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("upstreamtest: no source path")
+	}
+	src := filepath.Join(filepath.Dir(file), "fakeupstream")
+	if _, err := os.Stat(src); err != nil {
+		return "", fmt.Errorf("upstreamtest: fakeupstream's source: %w", err)
+	}
+	bin := filepath.Join(dir, "fakeupstream")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("upstreamtest: go build fakeupstream: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+var built struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// Build builds fakeupstream once per test process (into a folder removed
+// only with the machine's temp files) and returns its path.
+func Build(t testing.TB) string {
+	t.Helper()
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "fakeupstream-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.bin, built.err = BuildTo(dir)
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin
+}
+
+// Options start a fake.
+type Options struct {
+	// Ledger is the ledger file; "" is ledger.jsonl in a new t.TempDir()
+	// (StartHTTP) — instances given the same Ledger share their state.
+	Ledger   string
+	Switches Switches
+	// JSONResponse: over HTTP, answers are application/json bodies
+	// instead of event streams.
+	JSONResponse bool
+	// Stateless: over HTTP, no sessions; the go-sdk speaks protocol
+	// 2026-07-28 over Streamable HTTP only so (a stateful fake
+	// negotiates 2025-11-25).
+	Stateless bool
+}
+
+// StdioCommand is the argv that runs the fake bin over stdio (what
+// writerd's config names as an upstream's command). opts.Ledger must be
+// set.
+func StdioCommand(bin string, opts Options) []string {
+	argv := []string{bin, "-stdio", "-ledger", opts.Ledger}
+	return append(argv, opts.Switches.Flags()...)
+}
+
+// HTTPCommand is the argv that runs the fake bin over Streamable HTTP on
+// addr (a loopback host:port; port 0 picks one).
+func HTTPCommand(bin, addr string, opts Options) []string {
+	argv := []string{bin, "-http", addr, "-ledger", opts.Ledger}
+	if opts.JSONResponse {
+		argv = append(argv, "-json-response")
+	}
+	if opts.Stateless {
+		argv = append(argv, "-stateless")
+	}
+	return append(argv, opts.Switches.Flags()...)
+}
+
+// Server is a running fake over Streamable HTTP.
+type Server struct {
+	Addr   string // host:port
+	URL    string // its MCP endpoint
+	Ledger string
+	Cmd    *exec.Cmd
+
+	waited chan struct{}
+	err    error
+}
+
+// StartHTTP starts a fake over Streamable HTTP on a loopback port, and
+// stops it when the test ends. Its stderr goes to LEDGER.stderr.
+func StartHTTP(t testing.TB, opts Options) *Server {
+	t.Helper()
+	if opts.Ledger == "" {
+		opts.Ledger = filepath.Join(t.TempDir(), "ledger.jsonl")
+	}
+	s, err := startHTTP(Build(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func startHTTP(bin string, opts Options) (*Server, error) {
+	argv := HTTPCommand(bin, "127.0.0.1:0", opts)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	stderr, err := os.OpenFile(opts.Ledger+".stderr", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close()
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{Ledger: opts.Ledger, Cmd: cmd, waited: make(chan struct{})}
+	r := bufio.NewReader(out)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		b, _ := os.ReadFile(opts.Ledger + ".stderr")
+		return nil, fmt.Errorf("fakeupstream did not start: %v\n%s", err, b)
+	}
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if !ok {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("fakeupstream: first line %q", line)
+	}
+	go io.Copy(io.Discard, r)
+	go func() { s.err = cmd.Wait(); close(s.waited) }()
+	s.Addr, s.URL = addr, "http://"+addr+"/mcp"
+	return s, nil
+}
+
+// Kill ends the fake with SIGKILL and waits for it.
+func (s *Server) Kill() {
+	s.Cmd.Process.Signal(syscall.SIGKILL)
+	<-s.waited
+}
+
+// Stop ends the fake with SIGTERM and waits for it.
+func (s *Server) Stop() {
+	s.Cmd.Process.Signal(syscall.SIGTERM)
+	<-s.waited
+}
+
+// Exited is closed when the fake's process has ended.
+func (s *Server) Exited() <-chan struct{} { return s.waited }
+
+// Entries reads the fake's ledger.
+func (s *Server) Entries(t testing.TB) []Entry {
+	t.Helper()
+	e, err := ReadLedger(s.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
