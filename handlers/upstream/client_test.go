@@ -67,8 +67,8 @@ func mustExe(t testing.TB) string {
 func stdioEndpoint(t testing.TB, mode string, env ...string) Endpoint {
 	return Endpoint{
 		Name:    "stdio-test",
-		Command: []string{mustExe(t)},
-		Env:     append([]string{modeEnv + "=" + mode}, env...),
+		Command: []string{mustExe(t), childArg, mode},
+		Env:     env,
 		Timeout: time.Minute,
 	}
 }

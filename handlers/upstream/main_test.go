@@ -20,18 +20,22 @@ import (
 )
 
 // The tests' upstreams are real SDK servers: in process over Streamable
-// HTTP, and over stdio as this test binary run again with
-// UPSTREAM_TEST_MODE set, which TestMain turns into the child asked for.
+// HTTP, and over stdio as this test binary run again as
+// "BINARY upstream-test-child MODE" (the mode in argv, so that a child's
+// environment can be anything, even empty), which TestMain turns into
+// the child asked for.
 const (
-	modeEnv    = "UPSTREAM_TEST_MODE"
+	childArg   = "upstream-test-child"
 	pidFileEnv = "UPSTREAM_TEST_PIDFILE"
 	secretEnv  = "UPSTREAM_TEST_SECRET"
+	lingerEnv  = "UPSTREAM_TEST_LINGER" // the child outlives its stdin
 )
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(modeEnv) {
-	case "":
+	if len(os.Args) != 3 || os.Args[1] != childArg {
 		os.Exit(m.Run())
+	}
+	switch os.Args[2] {
 	case "server":
 		serveStdio()
 	case "stderr":
@@ -57,6 +61,9 @@ func serveStdio() {
 	s := newTestServer(nil)
 	t := &mcp.IOTransport{Reader: os.Stdin, Writer: tamperWriter{os.Stdout}}
 	_ = s.server.Run(context.Background(), t)
+	if os.Getenv(lingerEnv) != "" {
+		select {}
+	}
 }
 
 // writeStderr writes what TestStdio_Stderr expects: a line with the
@@ -79,8 +86,8 @@ func runParent() {
 	exe, _ := os.Executable()
 	c := NewClient(Endpoint{
 		Name:    "child",
-		Command: []string{exe},
-		Env:     []string{modeEnv + "=server", pidFileEnv + "=" + os.Getenv(pidFileEnv)},
+		Command: []string{exe, childArg, "server"},
+		Env:     []string{lingerEnv + "=1", pidFileEnv + "=" + os.Getenv(pidFileEnv)},
 	}, ClientOptions{})
 	if c.Start(context.Background()) != nil {
 		os.Exit(5)
@@ -201,9 +208,11 @@ func newTestServer(onDrop func()) *testServer {
 	})
 	add("ask", func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var got []string
+		//lint:ignore SA1019 an upstream may still send what the protocol deprecated
 		if _, err := req.Session.ListRoots(ctx, nil); err != nil {
 			got = append(got, "roots refused")
 		}
+		//lint:ignore SA1019 as above
 		if _, err := req.Session.CreateMessage(ctx, nil); err != nil {
 			got = append(got, "sampling refused")
 		}
