@@ -71,3 +71,23 @@ func TestHTTP_NoRedirects(t *testing.T) {
 		t.Fatal("the redirect was followed")
 	}
 }
+
+// Ensure a Streamable HTTP session that fails (the server no longer
+// knows it) is established again.
+func TestHTTP_SessionReestablished(t *testing.T) {
+	u := startHTTP(t)
+	w := newWatch()
+	opts := w.opts()
+	opts.protocolVersion = "2025-11-25" // a protocol with sessions
+	c := MustStart(t, Endpoint{Name: "h", URL: u.ts.URL, Timeout: time.Minute}, opts, w)
+	u.forgetSessions()
+	u.ts.CloseClientConnections() // the standalone stream, on the old handler
+	// A call on the lost session may have reached the server: lost.
+	if a := c.Call(context.Background(), "echo", json.RawMessage(`{}`), nil); a.End != EndLost && a.End != EndNotSent {
+		t.Fatalf("end = %s (%v)", a.End, a.Cause)
+	}
+	w.mustUp(t, false)
+	w.mustTools(t)
+	w.mustUp(t, true)
+	textOf(t, c.Call(context.Background(), "echo", json.RawMessage(`{}`), nil))
+}

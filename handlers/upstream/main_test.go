@@ -242,8 +242,9 @@ type httpUpstream struct {
 func (u *httpUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.auths = append(u.auths, r.Header.Get("Authorization"))
+	h := u.handler
 	u.mu.Unlock()
-	u.handler.ServeHTTP(&tamperResponse{ResponseWriter: w}, r)
+	h.ServeHTTP(&tamperResponse{ResponseWriter: w}, r)
 }
 
 // tamperResponse tampers an HTTP answer's body (one message or one SSE
@@ -268,6 +269,14 @@ func (t *tamperResponse) Flush() {
 	if f, ok := t.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// forgetSessions makes the server forget its sessions, as a restarted
+// one has.
+func (u *httpUpstream) forgetSessions() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.server }, nil)
 }
 
 // startHTTP starts the test server over Streamable HTTP.
