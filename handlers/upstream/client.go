@@ -66,13 +66,12 @@ type Client struct {
 	log  *slog.Logger
 	http *http.Client // a Streamable HTTP upstream's
 
-	mu       sync.Mutex
-	sess     *mcp.ClientSession
-	wire     *wire             // a stdio session's
-	task     map[string]string // the latest listing's execution.taskSupport by tool
-	cancel   context.CancelFunc
-	done     chan struct{}
-	childPID int // the running child's, for tests
+	mu     sync.Mutex
+	sess   *mcp.ClientSession
+	wire   *wire             // a stdio session's
+	task   map[string]string // the latest listing's execution.taskSupport by tool
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	backoff backoff
 	dropped atomic.Int64 // notifications/cancelled dropped, for tests

@@ -89,9 +89,6 @@ func (c *Client) session(ctx context.Context) (time.Duration, error) {
 		if err != nil {
 			return 0, err
 		}
-		c.mu.Lock()
-		c.childPID = ch.pid
-		c.mu.Unlock()
 		w = newWire(&c.dropped)
 		inner = newLineConn(w, ch.stdin, ch.stdout)
 	}
