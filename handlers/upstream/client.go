@@ -18,10 +18,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// DefaultMaxResultBytes bounds an answer's result when the endpoint sets
-// no bound.
-const DefaultMaxResultBytes = 128 << 10
-
 // defaultTimeout bounds a call when the endpoint sets no timeout (the
 // config always sets one).
 const defaultTimeout = 30 * time.Second
