@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/auth/oauth"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/handlers/upstream"
 	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/internal/atomicfile"
 	"github.com/writerd/writerd/internal/daemon"
@@ -43,6 +45,8 @@ type ServeCommand struct {
 	stdio      bool
 	addr       string
 	tokensFile string
+	upstreams  string // the upstreams file, --upstreams
+	upCfg      *upstream.Config
 	insecure   bool
 	maxBody    int64
 	store      storeFlags
@@ -177,6 +181,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.BoolVar(&c.stdio, "stdio", false, "serve MCP on stdin and stdout")
 	fs.StringVar(&c.addr, "addr", "", "serve HTTP on this `address` (default "+defaultAddr+" without --stdio; none with it)")
 	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file` HTTP callers authenticate against (writerd token new makes it)")
+	fs.StringVar(&c.upstreams, "upstreams", "", "the `file` of upstream MCP servers whose tools writerd serves (docs/UPSTREAMS.md)")
 	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "serve HTTP without tokens, every caller as --principal with every scope; loopback addresses only")
 	fs.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "the largest HTTP request body, in `bytes`")
 	fs.StringVar(&c.publicURL, "public-url", "", "the `URL` browsers reach this daemon at through a proxy; https makes the console's cookie Secure over a loopback --addr too")
@@ -282,6 +287,14 @@ func (c *ServeCommand) parse(args []string) error {
 			return err
 		}
 	}
+	if c.upstreams != "" {
+		if c.upstreams, err = fs.path("upstreams", c.upstreams); err != nil {
+			return err
+		}
+		if c.upCfg, err = loadUpstreams(c.upstreams); err != nil {
+			return fs.fail("%s", err.Error())
+		}
+	}
 	if c.storeCfg, err = c.store.config(fs); err != nil {
 		return err
 	}
@@ -327,6 +340,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		CheckpointEvery: c.cpEvery, CheckpointInterval: c.cpInterval,
 		Witnesses: c.witnesses, WitnessQuorum: c.witnessQuorum,
 		Logger: log, Version: version(),
+		Upstreams: c.upCfg,
 	}
 	if extraTools != nil {
 		cfg.Tools = extraTools()
@@ -380,7 +394,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		"key_ttl", c.keyTTL.String(), "key_wait", c.keyWait.String(),
 		"audit_origin", d.Origin(), "checkpoint_every", c.cpEvery, "checkpoint_interval", c.cpInterval.String(), "audit_public", c.auditPub,
 		"witnesses", witnessNames(c.witnesses), "witness_quorum", c.witnessQuorum,
-		"tools", d.Tools, "version", version())
+		"upstreams", upstreamNames(c.upCfg), "tools", d.Tools, "version", version())
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -464,4 +478,36 @@ func publicURLForm(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Opaque == "" &&
 		u.User == nil && u.RawQuery == "" && u.Fragment == "" && !u.ForceQuery
+}
+
+// upstreamLease and upstreamMaxTimeout bound an upstream's call timeout
+// (docs/UPSTREAMS.md): under the pending record's lease, which its owner
+// renews, and under the HTTP write timeout less two commits of the
+// store's (its pending record and its completion, each bounded by the
+// store's own wait), so that a caller over HTTP gets its answer.
+const (
+	upstreamLease      = pipeline.DefaultLease
+	upstreamMaxTimeout = daemon.HTTPWriteTimeout - 2*daemon.CommitBudget
+)
+
+// loadUpstreams reads the upstreams file, naming it <upstreams> in what
+// it says.
+func loadUpstreams(path string) (*upstream.Config, error) {
+	cfg, err := upstream.Load(path, upstream.LoadOptions{Lease: upstreamLease, MaxTimeout: upstreamMaxTimeout})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errors.New("the upstreams file <upstreams> does not exist")
+	}
+	return cfg, err
+}
+
+// upstreamNames lists the upstreams of cfg for the config line.
+func upstreamNames(cfg *upstream.Config) string {
+	if cfg == nil {
+		return ""
+	}
+	names := make([]string, 0, len(cfg.Upstreams))
+	for _, u := range cfg.Upstreams {
+		names = append(names, u.Name)
+	}
+	return strings.Join(names, ",")
 }

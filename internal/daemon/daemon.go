@@ -17,6 +17,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/auditlog/witness"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/handlers/upstream"
 	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
@@ -72,6 +73,12 @@ type Config struct {
 	// (writerd bench's tally).
 	OnCommit func(d time.Duration, writes int)
 
+	// Upstreams, if set, are the upstream MCP servers whose tools the
+	// daemon serves (docs/UPSTREAMS.md); UpstreamWait bounds the wait for
+	// each one's first listing (default DefaultUpstreamWait).
+	Upstreams    *upstream.Config
+	UpstreamWait time.Duration
+
 	// Lease is a pending write's lease (pipeline.Config.Lease; default
 	// pipeline.DefaultLease); SweepEvery how often pending writes past
 	// theirs are looked for (default a quarter of the lease).
@@ -102,6 +109,9 @@ type Daemon struct {
 	mu           sync.Mutex
 	raw          Store  // the store once open, for the checkpointer (rawAudit)
 	refused      string // why the open store refuses new connections, as last logged (noteRefusal)
+
+	upstreams       *upstreams         // nil without upstreams
+	upstreamMetrics *metrics.Upstreams // nil without upstreams: counts nothing
 }
 
 // KeyError is a failure to load or make the audit signing key.
@@ -189,9 +199,22 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		Limits:  cfg.Limits, KeyTTL: cfg.KeyTTL, KeyWait: cfg.KeyWait,
 		Logger: cfg.Logger, Metrics: d.Metrics, Refuse: d.refuseWrites,
 		Origin: d.Origin, Lease: cfg.Lease,
+		Unsettled: func(pending, unknown int) { d.upstreamMetrics.Unsettled(pending, unknown) },
 	})
 	tools := append(handlers.Tools(), cfg.Tools...)
+	if cfg.Upstreams != nil && len(cfg.Upstreams.Upstreams) > 0 {
+		um := metrics.NewUpstreams(d.Registry)
+		d.upstreamMetrics = um
+		us, exported, err := connectUpstreams(ctx, cfg.Upstreams, cfg.Logger, um, cfg.UpstreamWait)
+		if err != nil {
+			store.Close()
+			return nil, err
+		}
+		d.upstreams = us
+		tools = append(tools, exported...)
+	}
 	if err := d.Pipeline.Register(tools...); err != nil {
+		d.upstreams.close()
 		store.Close()
 		return nil, err
 	}
@@ -436,9 +459,13 @@ func (d *Daemon) sweepEvery() time.Duration {
 	return lease / 4
 }
 
-// Close closes the store. Stop Run first (end its context and wait), so
-// that no background transaction meets a closed store.
-func (d *Daemon) Close() error { return d.Store.Close() }
+// Close ends the upstreams' sessions and closes the store. Stop Run
+// first (end its context and wait), so that no background transaction
+// meets a closed store.
+func (d *Daemon) Close() error {
+	d.upstreams.close()
+	return d.Store.Close()
+}
 
 // forkAdvice is what to do with a log that does not extend the checkpoint
 // last signed for its origin (auditlog.DamageError.Forked), whose record

@@ -138,13 +138,22 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*l.h.Load()).ServeHTTP(w, r)
 }
 
+// HTTPWriteTimeout bounds the writing of an HTTP answer, and so how long
+// a call over HTTP may take; CommitBudget is what one commit of a write
+// is given of it, which an upstream's call timeout must leave twice (its
+// pending record and its completion; docs/UPSTREAMS.md).
+const (
+	HTTPWriteTimeout = 60 * time.Second
+	CommitBudget     = 5 * time.Second
+)
+
 // HTTPServer is HTTPHandler on a server with every timeout set.
 func (d *Daemon) HTTPServer(h HTTP) *http.Server {
 	return &http.Server{
 		Handler:           d.HTTPHandler(h),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
+		WriteTimeout:      HTTPWriteTimeout,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		// Connection-level errors (a TLS handshake, a malformed request
