@@ -8,8 +8,11 @@
 // prefix and form. It is shown once, when it is made (Create, or writerd
 // token new), and kept nowhere: the tokens file holds, for each token, its
 // name (the principal its calls act as: idempotency keys are scoped by it
-// and audit events record it), its scopes (read, write, audit), the
-// SHA-256 of the token in hex, and its creation time:
+// and audit events record it), its scopes (at least one of read, write,
+// audit and admin, and any named scopes: an upstream's own, which its
+// tools need besides read or write, and which Verify returns as the
+// caller's Grants), the SHA-256 of the token in hex, and its creation
+// time:
 //
 //	{
 //	  "version": 1,
@@ -24,9 +27,12 @@
 //	}
 //
 // The file is read strictly: a duplicate or unknown member, another
-// version, an invalid name or scope, a malformed hash, a missing time, or
-// two tokens whose names differ only in case or whose hashes are equal make
-// it invalid as a whole.
+// version, an invalid name or scope (a scope named twice, or none of
+// writerd's own), a malformed hash, a missing time, or two tokens whose
+// names differ only in case or whose hashes are equal make it invalid as a
+// whole. Named scopes are listed in "scopes" after writerd's own
+// ("scopes": ["write", "tracker"]), so a file without them is as it always
+// was; a writerd that predates them refuses a file that holds one.
 //
 // Why SHA-256 and not a slow hash: slow hashes protect secrets that people
 // choose and attackers can guess. A token is 256 random bits; recovering it

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,23 +26,36 @@ var (
 	ErrInvalidName = errors.New("a token's name is 1 to 128 printable ASCII characters without spaces")
 )
 
-// Create makes a token named name with scopes, adds its hash to the tokens
-// file at path and returns the token, which exists nowhere else: the
-// caller must hand it over once and forget it. A missing file is created
-// with mode 0600, and its directory with mode 0700 if that is missing too.
-// A name already in the file, compared without regard to case, is
-// ErrNameTaken; no scope at all is ErrScope.
-func Create(path, name string, scopes pipeline.Scope) (string, error) {
+// Create makes a token named name with scopes, and the named scopes
+// grants (an upstream's own, which its tools need besides read or write),
+// adds its hash to the tokens file at path and returns the token, which
+// exists nowhere else: the caller must hand it over once and forget it. A
+// missing file is created with mode 0600, and its directory with mode
+// 0700 if that is missing too. A name already in the file, compared
+// without regard to case, is ErrNameTaken; none of writerd's own scopes
+// is ErrScope, and a grant that pipeline.ValidScopeName refuses
+// ErrScopeList; a grant given twice counts once.
+func Create(path, name string, scopes pipeline.Scope, grants ...string) (string, error) {
 	if !pipeline.ValidPrincipal(name) {
 		return "", ErrInvalidName
 	}
 	if scopes == 0 || scopes&^pipeline.AllScopes != 0 {
 		return "", ErrScope
 	}
+	var named []string
+	for _, g := range grants {
+		if !pipeline.ValidScopeName(g) {
+			return "", ErrScopeList
+		}
+		if !slices.Contains(named, g) {
+			named = append(named, g)
+		}
+	}
 	token := Generate()
 	e := entry{
-		Entry: Entry{Name: name, Scopes: scopes, CreatedAt: time.Now().UTC().Truncate(time.Second)},
-		hash:  digest(token),
+		Entry:  Entry{Name: name, Scopes: scopes, Grants: named, CreatedAt: time.Now().UTC().Truncate(time.Second)},
+		hash:   digest(token),
+		grants: strings.Join(named, " "),
 	}
 	err := edit(path, true, func(t *table) error {
 		for _, o := range t.entries {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,15 +40,25 @@ const maxFileSize = 16 << 20
 // Entry is one token as the tokens file describes it, without its hash.
 type Entry struct {
 	// Name is the principal the token's calls act as.
-	Name      string
-	Scopes    pipeline.Scope
+	Name   string
+	Scopes pipeline.Scope
+	// Grants are the named scopes the token holds besides Scopes (an
+	// upstream's own, pipeline.ValidScopeName), in the file's order; the
+	// file lists them in "scopes" after writerd's own.
+	Grants    []string
 	CreatedAt time.Time
 }
+
+// ScopeList returns the token's scopes as the file lists them: writerd's
+// own in the order read, write, audit, admin, then the named ones.
+func (e Entry) ScopeList() []string { return append(ScopeNames(e.Scopes), e.Grants...) }
 
 // entry is one token of a loaded table.
 type entry struct {
 	Entry
 	hash [sha256.Size]byte
+	// grants is Grants as Caller.Grants holds them: space separated.
+	grants string
 }
 
 // table is one loaded tokens file; it never changes once built.
@@ -119,16 +130,26 @@ func (ej *entryJSON) entry() (entry, error) {
 	if !pipeline.ValidPrincipal(ej.Name) {
 		return e, errors.New("name must be 1 to 128 printable ASCII characters without spaces")
 	}
-	if len(ej.Scopes) == 0 {
-		return e, errors.New("scopes must name at least one of read, write, audit and admin")
-	}
 	for _, name := range ej.Scopes {
-		s, ok := scopeByName(name)
-		if !ok || e.Scopes.Has(s) {
-			return e, errors.New("scopes must name each of read, write, audit and admin at most once, and nothing else")
+		if s, ok := scopeByName(name); ok {
+			if e.Scopes.Has(s) {
+				return e, errors.New("scopes must name each scope at most once")
+			}
+			e.Scopes |= s
+			continue
 		}
-		e.Scopes |= s
+		switch {
+		case !pipeline.ValidScopeName(name):
+			return e, errors.New("scopes must be read, write, audit, admin or an upstream's scope (1 to 64 lower-case letters, digits, _, :, . and -, beginning with a letter)")
+		case slices.Contains(e.Grants, name):
+			return e, errors.New("scopes must name each scope at most once")
+		}
+		e.Grants = append(e.Grants, name)
 	}
+	if e.Scopes == 0 {
+		return e, errors.New("scopes must name at least one of read, write, audit and admin (an upstream's scope only adds to them)")
+	}
+	e.grants = strings.Join(e.Grants, " ")
 	if len(ej.SHA256) != hex.EncodedLen(sha256.Size) || strings.ToLower(ej.SHA256) != ej.SHA256 {
 		return e, errors.New("sha256 must be 64 lowercase hexadecimal digits")
 	}
@@ -148,7 +169,7 @@ func (t *table) encode() ([]byte, error) {
 	for _, e := range t.entries {
 		f.Tokens = append(f.Tokens, entryJSON{
 			Name:      e.Name,
-			Scopes:    ScopeNames(e.Scopes),
+			Scopes:    e.ScopeList(),
 			SHA256:    hex.EncodeToString(e.hash[:]),
 			CreatedAt: e.CreatedAt.UTC(),
 		})

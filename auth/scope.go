@@ -2,6 +2,7 @@ package auth
 
 import (
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/writerd/writerd/pipeline"
@@ -37,6 +38,47 @@ func ParseScopes(s string) (pipeline.Scope, error) {
 		scopes |= sc
 	}
 	return scopes, nil
+}
+
+// ErrScopeList is returned by ParseScopeList for a list that names none
+// of writerd's own scopes, or a name that is neither one of them nor a
+// named scope.
+var ErrScopeList = errors.New("scopes are at least one of read, write, audit and admin, and any upstreams' scopes (each 1 to 64 lower-case letters, digits, _, :, . and -, beginning with a letter), separated by commas")
+
+// ParseScopeList parses a comma-separated list of scopes as the tokens
+// file and writerd token new take them: writerd's own (read, write,
+// audit, admin) and named scopes, an upstream's own, which its tools need
+// besides read or write (pipeline.ValidScopeName; docs/UPSTREAMS.md),
+// such as "write,tracker". Spaces around a name are ignored and a name
+// given twice counts once; the named scopes are returned in the order
+// given. A list without one of writerd's own scopes, an empty name or a
+// name that is neither is ErrScopeList: a named scope only adds to them.
+func ParseScopeList(s string) (pipeline.Scope, []string, error) {
+	var scopes pipeline.Scope
+	var named []string
+	for name := range strings.SplitSeq(s, ",") {
+		name = strings.TrimSpace(name)
+		if sc, ok := scopeByName(name); ok {
+			scopes |= sc
+			continue
+		}
+		if !pipeline.ValidScopeName(name) {
+			return 0, nil, ErrScopeList
+		}
+		if !slices.Contains(named, name) {
+			named = append(named, name)
+		}
+	}
+	if scopes == 0 {
+		return 0, nil, ErrScopeList
+	}
+	return scopes, named, nil
+}
+
+// FormatScopeList returns scopes and the named scopes as ParseScopeList
+// takes them: "write,tracker".
+func FormatScopeList(scopes pipeline.Scope, named []string) string {
+	return strings.Join(append(ScopeNames(scopes), named...), ",")
 }
 
 // ScopeNames returns the names of the scopes in s, in the order read,

@@ -3,6 +3,7 @@ package auth
 import (
 	"crypto/subtle"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -73,7 +74,8 @@ func (t *Tokens) Reload() error {
 }
 
 // Verify returns the caller a token stands for: its name as the principal
-// and its scopes, with Transport left for the transport to set. It reports
+// and its scopes (its named scopes as Grants), with Transport left for the
+// transport to set. It reports
 // false for a token that is not well formed or is not in the table.
 //
 // The token's SHA-256 is compared with every stored hash by
@@ -104,7 +106,7 @@ func (t *Tokens) Verify(token string) (pipeline.Caller, bool) {
 		return pipeline.Caller{}, false
 	}
 	e := &tab.entries[at]
-	return pipeline.Caller{Principal: e.Name, Scopes: e.Scopes}, true
+	return pipeline.Caller{Principal: e.Name, Scopes: e.Scopes, Grants: e.grants}, true
 }
 
 // Entries returns the tokens of the table in use, in the file's order,
@@ -117,6 +119,7 @@ func (t *Tokens) Entries() []Entry {
 	es := make([]Entry, len(tab.entries))
 	for i, e := range tab.entries {
 		es[i] = e.Entry
+		es[i].Grants = slices.Clone(e.Grants)
 	}
 	return es
 }

@@ -48,6 +48,29 @@ type Caller struct {
 // Holds reports whether the caller holds the named scope.
 func (c Caller) Holds(scope string) bool { return slices.Contains(strings.Fields(c.Grants), scope) }
 
+// ValidScopeName reports whether name can be a named scope (Caller.Grants,
+// ToolInfo.Scope): 1 to 64 lower-case letters, digits, _, :, . and -,
+// beginning with a letter, and not one of writerd's own (read, write,
+// audit, admin). The upstreams file, the tokens file and --oauth-scopes
+// take the same names.
+func ValidScopeName(name string) bool {
+	if name == "" || len(name) > 64 || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '_', c == ':', c == '.', c == '-':
+		default:
+			return false
+		}
+	}
+	switch name {
+	case "read", "write", "audit", "admin":
+		return false
+	}
+	return true
+}
+
 // ValidPrincipal reports whether name can be a principal: 1 to 128 bytes
 // of printable ASCII without spaces. Principals are stored in idempotency
 // keys and audit events, so they must be plain.

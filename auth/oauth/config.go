@@ -46,6 +46,11 @@ type Config struct {
 	// issuer grants it by; default DefaultScopes. A writerd scope absent
 	// from the map is granted by no token.
 	Scopes map[pipeline.Scope]string
+	// Grants names, for each named scope (an upstream's own, which its
+	// tools need besides read or write; pipeline.ValidScopeName), the
+	// scope value an issuer grants it by: a token whose scope claim holds
+	// the value has the name in its caller's Grants. None by default.
+	Grants map[string]string
 	// Leeway is the clock skew allowed on exp, nbf and iat; default
 	// DefaultLeeway.
 	Leeway time.Duration
@@ -139,14 +144,22 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Scopes) == 0 {
 		return c, configError("no scope is mapped")
 	}
-	for s, v := range c.Scopes {
+	values := map[string]int{}
+	for _, v := range c.Scopes {
+		values[v]++
+	}
+	for name, v := range c.Grants {
+		if !pipeline.ValidScopeName(name) {
+			return c, configError("the named scope %q is not 1 to 64 lower-case letters, digits, _, :, . and -, beginning with a letter, or is one of read, write, audit and admin", name)
+		}
+		values[v]++
+	}
+	for v, n := range values {
 		if !scopeValueForm.MatchString(v) {
 			return c, configError("the scope value %q is not a scope token (printable ASCII, no spaces, quotes or backslashes)", v)
 		}
-		for t, w := range c.Scopes {
-			if s != t && v == w {
-				return c, configError("the scope value %q grants two scopes", v)
-			}
+		if n > 1 {
+			return c, configError("the scope value %q grants two scopes", v)
 		}
 	}
 	if c.Leeway <= 0 {

@@ -3,6 +3,7 @@ package oauth
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -55,6 +56,8 @@ type Provider struct {
 	issuers []*issuer
 	parser  *jwt.Parser
 	run     sync.Once
+	// grantNames are the named scopes of cfg.Grants, sorted.
+	grantNames []string
 }
 
 // New checks cfg and returns its Provider; nothing is fetched before Run.
@@ -63,7 +66,8 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Provider{cfg: cfg}
+	cfg.Grants = maps.Clone(cfg.Grants)
+	p := &Provider{cfg: cfg, grantNames: slices.Sorted(maps.Keys(cfg.Grants))}
 	for _, is := range cfg.Issuers {
 		p.issuers = append(p.issuers, &issuer{Issuer: is})
 	}
@@ -166,11 +170,11 @@ func (p *Provider) Check(ctx context.Context, token string) (pipeline.Caller, er
 	if sub == "" || !pipeline.ValidPrincipal(principal) {
 		return pipeline.Caller{}, refuse(KindBadPrincipal)
 	}
-	scopes := p.scopes(claims[p.cfg.ScopeClaim])
+	scopes, grants := p.scopes(claims[p.cfg.ScopeClaim])
 	if scopes == 0 {
 		return pipeline.Caller{}, &auth.Refusal{Status: http.StatusForbidden, Reason: KindInsufficientScope, Scope: strings.Join(p.ScopeValues(), " ")}
 	}
-	return pipeline.Caller{Principal: principal, Scopes: scopes}, nil
+	return pipeline.Caller{Principal: principal, Scopes: scopes, Grants: grants}, nil
 }
 
 // issuerOf finds the issuer whose tokens carry iss, and its keys if it
@@ -211,8 +215,9 @@ func kindOf(err error) auth.Reason {
 }
 
 // scopes maps a scope claim, a space-separated string or a list of
-// strings, to writerd's scopes.
-func (p *Provider) scopes(claim any) pipeline.Scope {
+// strings, to writerd's scopes and the named scopes (Caller.Grants: space
+// separated, in the order of their names).
+func (p *Provider) scopes(claim any) (pipeline.Scope, string) {
 	var values []string
 	switch c := claim.(type) {
 	case string:
@@ -230,17 +235,36 @@ func (p *Provider) scopes(claim any) pipeline.Scope {
 			granted |= s
 		}
 	}
-	return granted
+	var grants []string
+	for _, name := range p.grantNames {
+		if slices.Contains(values, p.cfg.Grants[name]) {
+			grants = append(grants, name)
+		}
+	}
+	return granted, strings.Join(grants, " ")
 }
 
 // ScopeValues are the scope values that grant writerd's scopes, in the
-// order read, write, audit, admin.
+// order read, write, audit, admin: what a token granting none of them is
+// told to get. The named scopes' values are not among them (they only add
+// to these); the metadata lists them too.
 func (p *Provider) ScopeValues() []string {
 	var vs []string
 	for _, s := range scopeOrder {
 		if v, ok := p.cfg.Scopes[s]; ok {
 			vs = append(vs, v)
 		}
+	}
+	return vs
+}
+
+// scopesSupported are the metadata's scopes_supported: the values of
+// writerd's scopes, then those of the named scopes, in their names' order,
+// so that a client asks for an upstream's scope too.
+func (p *Provider) scopesSupported() []string {
+	vs := p.ScopeValues()
+	for _, name := range p.grantNames {
+		vs = append(vs, p.cfg.Grants[name])
 	}
 	return vs
 }
@@ -282,7 +306,7 @@ func (p *Provider) audience() (origin, path string) {
 func (p *Provider) Metadata() *oauthex.ProtectedResourceMetadata {
 	m := &oauthex.ProtectedResourceMetadata{
 		Resource:               p.cfg.Audience,
-		ScopesSupported:        p.ScopeValues(),
+		ScopesSupported:        p.scopesSupported(),
 		BearerMethodsSupported: []string{"header"},
 		ResourceName:           "writerd",
 	}

@@ -385,7 +385,7 @@ func TestOAuth_Flags(t *testing.T) {
 		{[]string{"--oauth-audience", "https://w.example.com/mcp", "--tokens", tokens}, "--oauth-audience configures OAuth, which needs --oauth-issuer NAME=URL"},
 		{[]string{"--oauth-issuer", "Corp=https://login.example.com", "--oauth-audience", "https://w.example.com/mcp"}, "--oauth-issuer (1 of 1) takes NAME=URL"},
 		{[]string{"--oauth-issuer", "corp=http://login.example.com", "--oauth-audience", "https://w.example.com/mcp"}, "the issuer corp: it is not https (http only on a loopback address)"},
-		{[]string{"--oauth-issuer", "corp=https://login.example.com", "--oauth-audience", "https://w.example.com/mcp", "--oauth-scopes", "write=writerd:write,bogus=x"}, "--oauth-scopes takes SCOPE=VALUE pairs"},
+		{[]string{"--oauth-issuer", "corp=https://login.example.com", "--oauth-audience", "https://w.example.com/mcp", "--oauth-scopes", "write=writerd:write,Bogus=x"}, "--oauth-scopes takes SCOPE=VALUE pairs"},
 		{[]string{"--oauth-issuer", "corp=https://login.example.com", "--oauth-audience", "https://w.example.com/mcp", "--insecure-no-auth"}, "--oauth-issuer and --insecure-no-auth exclude each other"},
 	} {
 		r := mustRun(t, append(base, tc.args...)...)

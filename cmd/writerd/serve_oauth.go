@@ -20,7 +20,9 @@ which OAuth clients (ChatGPT and Claude.ai connectors) discover from the
 (default sub; client_id for machine clients); its scopes come from
 --oauth-scope-claim (default scope; scp for Okta and Entra ID), mapped by
 --oauth-scopes (default read=writerd:read,write=writerd:write,
-audit=writerd:audit; admin=VALUE grants backups). A token of a key the
+audit=writerd:audit; admin=VALUE grants backups, and NAME=VALUE the
+scope NAME of an upstream, which its tools need besides read or write;
+the flag replaces the default, so name read and write too). A token of a key the
 issuer's key set lacks fetches the set again, at most once every
 --oauth-key-refresh (10s): a key the issuer rotated in works at once, and
 a flood of made-up keys costs the issuer one fetch a period. With --tokens too,
@@ -48,7 +50,7 @@ func (o *oauthFlags) define(fs *flagSet) {
 	fs.Var(&o.alsoAccepted, "oauth-accept-audience", "also take access tokens whose aud is `VALUE` (Entra ID: the API's application ID); repeatable")
 	fs.StringVar(&o.principalClaim, "oauth-principal-claim", oauth.DefaultPrincipalClaim, "the access token `claim` a principal is made of, after the issuer's name")
 	fs.StringVar(&o.scopeClaim, "oauth-scope-claim", oauth.DefaultScopeClaim, "the access token `claim` holding its scopes, a space-separated string or a list")
-	fs.StringVar(&o.scopes, "oauth-scopes", defaultOAuthScopes, "the scope values that grant writerd's scopes, `SCOPE=VALUE,…`")
+	fs.StringVar(&o.scopes, "oauth-scopes", defaultOAuthScopes, "the scope values that grant writerd's scopes and upstreams' scopes, `SCOPE=VALUE,…`: SCOPE read, write, audit, admin or an upstream's scope")
 	fs.DurationVar(&o.keyRefresh, "oauth-key-refresh", oauth.DefaultRefreshEvery, "the shortest time between two fetches of an issuer's keys for a token of a key it does not know, a `duration`")
 	fs.takes("oauth-key-refresh", "a duration such as 10s")
 	fs.defaults["oauth-key-refresh"] = shortDuration(oauth.DefaultRefreshEvery)
@@ -99,8 +101,18 @@ func (o *oauthFlags) config(fs *flagSet) (*oauth.Config, error) {
 	for pair := range strings.SplitSeq(o.scopes, ",") {
 		name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		s, err := auth.ParseScopes(name)
-		if !ok || err != nil || value == "" {
-			return nil, fs.fail("%s takes SCOPE=VALUE pairs separated by commas, SCOPE one of read, write, audit and admin, such as read=writerd:read,write=writerd:write", fs.label("oauth-scopes"))
+		if !ok || value == "" || err != nil && !pipeline.ValidScopeName(name) {
+			return nil, fs.fail("%s takes SCOPE=VALUE pairs separated by commas, SCOPE one of read, write, audit and admin or an upstream's scope (1 to 64 lower-case letters, digits, _, :, . and -, beginning with a letter), such as read=writerd:read,write=writerd:write,tracker=writerd:tracker", fs.label("oauth-scopes"))
+		}
+		if err != nil { // a named scope
+			if _, dup := cfg.Grants[name]; dup {
+				return nil, fs.fail("%s names %s twice", fs.label("oauth-scopes"), name)
+			}
+			if cfg.Grants == nil {
+				cfg.Grants = map[string]string{}
+			}
+			cfg.Grants[name] = value
+			continue
 		}
 		if _, dup := cfg.Scopes[s]; dup {
 			return nil, fs.fail("%s names %s twice", fs.label("oauth-scopes"), name)

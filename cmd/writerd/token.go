@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -26,6 +27,7 @@ type TokenCommand struct {
 	tokensFile string
 	name       string
 	scopes     pipeline.Scope
+	grants     []string // the named scopes of --scopes
 	output     string
 	tokenOut   string // token new -o: the file to write the token to
 }
@@ -47,7 +49,9 @@ Commands:
 A token's name is the principal its calls act as: idempotency keys are kept
 per name, and audit events record it. Its scopes are read (the read tools),
 write (the write tools), audit (the audit API) and admin (online backups,
-which hold every record).
+which hold every record), and an upstream's own scope (the scope of an
+[upstream.NAME] of the upstreams file), which its tools need besides read
+or write: --scopes write,tracker.
 
 The file is made with mode 0600 (its directory, if missing, 0700); edits
 are atomic and keep its mode and owner, and two token commands at once do
@@ -97,13 +101,16 @@ Examples:
 	# A token that may also read the audit log:
 	writerd token new --tokens /etc/writerd/tokens.json --name auditor --scopes read,audit
 
+	# A token that may also call the tools of the upstreams whose scope is tracker:
+	writerd token new --tokens /etc/writerd/tokens.json --name triage --scopes read,write,tracker
+
 Flags:
 `
 
 const tokenListUsage = `usage: writerd token list --tokens FILE [-o table|json]
 
-Lists the tokens in the tokens file, one a line: the name, the scopes and
-when it was made (UTC). The hashes are not shown. -o json prints one JSON
+Lists the tokens in the tokens file, one a line: the name, the scopes
+(writerd's own, then any upstreams' scopes) and when it was made (UTC). The hashes are not shown. -o json prints one JSON
 document instead, the tokens in the same order, each with the same three
 members:
 
@@ -165,9 +172,9 @@ func (c *TokenCommand) define(fs *flagSet, name, scopes, output bool) {
 		fs.StringVar(&c.name, "name", "", "the token's `name`, required: the principal its calls act as, 1 to 128 printable ASCII characters without spaces")
 	}
 	if scopes {
-		c.scopes = pipeline.ScopeRead | pipeline.ScopeWrite
-		fs.Var(scopesValue{&c.scopes}, "scopes", "the token's `scopes`, separated by commas: read, write, audit, admin")
-		fs.takes("scopes", "read, write, audit or admin, separated by commas, such as read,write")
+		c.scopes, c.grants = pipeline.ScopeRead|pipeline.ScopeWrite, nil
+		fs.Var(scopesValue{&c.scopes, &c.grants}, "scopes", "the token's `scopes`, separated by commas: read, write, audit, admin, and any upstreams' scopes")
+		fs.takes("scopes", "at least one of read, write, audit and admin, and any upstreams' scopes (each 1 to 64 lower-case letters, digits, _, :, . and -, beginning with a letter), separated by commas, such as read,write or write,tracker")
 		if !output {
 			fs.StringVar(&c.tokenOut, "o", "", "write the token to this new `file` (mode 0600; its directory, if missing, 0700) instead of stdout")
 		}
@@ -255,7 +262,7 @@ func (c *TokenCommand) new(path, out, given string) error {
 		}
 		defer f.Close()
 	}
-	token, err := auth.Create(path, c.name, c.scopes)
+	token, err := auth.Create(path, c.name, c.scopes, c.grants...)
 	if err != nil && f != nil {
 		os.Remove(out)
 	}
@@ -282,7 +289,7 @@ func (c *TokenCommand) new(path, out, given string) error {
 		where = fmt.Sprintf("It is in %s (mode 0600), and nowhere else:", given)
 	}
 	fmt.Fprintf(c.Stderr, "writerd token new: made a token named %q with scopes %s. %s the tokens file keeps only its hash. A running writerd serve accepts it after SIGHUP.\n",
-		c.name, auth.FormatScopes(c.scopes), where)
+		c.name, auth.FormatScopeList(c.scopes, c.grants), where)
 	return nil
 }
 
@@ -300,7 +307,7 @@ func (c *TokenCommand) list(path string) error {
 	if c.output == "json" {
 		doc := tokenListJSON{Tokens: []tokenJSON{}}
 		for _, e := range tokens.Entries() {
-			scopes := auth.ScopeNames(e.Scopes)
+			scopes := e.ScopeList()
 			if scopes == nil {
 				scopes = []string{}
 			}
@@ -316,7 +323,7 @@ func (c *TokenCommand) list(path string) error {
 	tw := tabwriter.NewWriter(c.Stdout, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSCOPES\tCREATED")
 	for _, e := range tokens.Entries() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Name, auth.FormatScopes(e.Scopes), e.CreatedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Name, strings.Join(e.ScopeList(), ","), e.CreatedAt.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
 }
@@ -347,21 +354,25 @@ func (c *TokenCommand) revoke(path string) error {
 	return nil
 }
 
-// scopesValue is --scopes: a list such as read,write, parsed as it is set.
-type scopesValue struct{ s *pipeline.Scope }
+// scopesValue is --scopes: a list such as read,write or write,tracker,
+// parsed as it is set into writerd's scopes and the named ones.
+type scopesValue struct {
+	s      *pipeline.Scope
+	grants *[]string
+}
 
 func (v scopesValue) String() string {
 	if v.s == nil {
 		return ""
 	}
-	return auth.FormatScopes(*v.s)
+	return auth.FormatScopeList(*v.s, *v.grants)
 }
 
 func (v scopesValue) Set(s string) error {
-	scopes, err := auth.ParseScopes(s)
+	scopes, grants, err := auth.ParseScopeList(s)
 	if err != nil {
 		return err
 	}
-	*v.s = scopes
+	*v.s, *v.grants = scopes, grants
 	return nil
 }

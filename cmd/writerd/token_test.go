@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/writerd/writerd/auth"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // The first line of each token usage text.
@@ -167,9 +170,10 @@ func TestToken_HelpAndUsageErrors(t *testing.T) {
 		{"relative from the environment", []string{"token", "list"}, []string{"WRITERD_TOKENS=tokens.json"}, 2, tokenListUsageLine, "writerd token list: WRITERD_TOKENS takes an absolute path, such as /etc/writerd/tokens.json or ~/.config/writerd/tokens.json, not a relative one"},
 		{"no name", []string{"token", "new", "--tokens", file}, nil, 2, tokenNewUsageLine, "writerd token new: --name is required: the token's name, such as ci-agent"},
 		{"a name with a space", []string{"token", "new", "--tokens", file, "--name", "ci agent"}, nil, 2, tokenNewUsageLine, "writerd token new: --name takes 1 to 128 printable ASCII characters without spaces"},
-		{"a bad scope", []string{"token", "new", "--tokens", file, "--name", "a", "--scopes", "read,root"}, nil, 2, tokenNewUsageLine, "writerd token new: --scopes takes read, write, audit or admin, separated by commas, such as read,write"},
-		{"no scope", []string{"token", "new", "--tokens", file, "--name", "a", "--scopes", ""}, nil, 2, tokenNewUsageLine, "writerd token new: --scopes takes read, write, audit or admin, separated by commas, such as read,write"},
-		{"a bad scope from the environment", []string{"token", "new", "--tokens", file, "--name", "a"}, []string{"WRITERD_SCOPES=all"}, 2, tokenNewUsageLine, "writerd token new: WRITERD_SCOPES takes read, write, audit or admin, separated by commas, such as read,write"},
+		{"a bad scope", []string{"token", "new", "--tokens", file, "--name", "a", "--scopes", "read,Root"}, nil, 2, tokenNewUsageLine, "writerd token new: --scopes takes at least one of read, write, audit and admin, and any upstreams' scopes (each 1 to 64 lower-case letters, digits, _, :, . and -, beginning with a letter), separated by commas, such as read,write or write,tracker"},
+		{"an upstream's scope alone", []string{"token", "new", "--tokens", file, "--name", "a", "--scopes", "tracker"}, nil, 2, tokenNewUsageLine, "writerd token new: --scopes takes at least one of read, write, audit and admin, and any upstreams' scopes (each 1 to 64 lower-case letters, digits, _, :, . and -, beginning with a letter), separated by commas, such as read,write or write,tracker"},
+		{"no scope", []string{"token", "new", "--tokens", file, "--name", "a", "--scopes", ""}, nil, 2, tokenNewUsageLine, "writerd token new: --scopes takes at least one of read, write, audit and admin, and any upstreams' scopes (each 1 to 64 lower-case letters, digits, _, :, . and -, beginning with a letter), separated by commas, such as read,write or write,tracker"},
+		{"a bad scope from the environment", []string{"token", "new", "--tokens", file, "--name", "a"}, []string{"WRITERD_SCOPES=all"}, 2, tokenNewUsageLine, "writerd token new: WRITERD_SCOPES takes at least one of read, write, audit and admin, and any upstreams' scopes (each 1 to 64 lower-case letters, digits, _, :, . and -, beginning with a letter), separated by commas, such as read,write or write,tracker"},
 		{"scopes on list", []string{"token", "list", "--tokens", file, "--scopes", "read"}, nil, 2, tokenListUsageLine, "writerd token list: unknown flag -scopes"},
 		{"revoke without a name", []string{"token", "revoke", "--tokens", file}, nil, 2, tokenRevokeUsageLine, "writerd token revoke: --name is required: the token's name, such as ci-agent"},
 		{"an argument", []string{"token", "revoke", "--tokens", file, "ci-agent"}, nil, 2, tokenRevokeUsageLine, `writerd token revoke: unexpected argument "ci-agent"`},
@@ -183,5 +187,35 @@ func TestToken_HelpAndUsageErrors(t *testing.T) {
 				t.Fatal("a usage error made the tokens file")
 			}
 		})
+	}
+}
+
+// Ensure token new takes an upstream's scope beside writerd's own (the
+// caller's Grants once the daemon loads the file), says so, and list
+// shows it after writerd's own, in the table and in JSON.
+func TestToken_NamedScopes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens.json")
+	r := mustRunToken(t, nil, "new", "--tokens", file, "--name", "triage", "--scopes", "write, tracker,billing:eu,tracker")
+	if !strings.Contains(r.stderr, `made a token named "triage" with scopes write,tracker,billing:eu.`) {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	token := strings.TrimSpace(r.stdout)
+	mustRunToken(t, nil, "new", "--tokens", file, "--name", "plain")
+	tokens, err := auth.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := tokens.Verify(token); !ok || c.Grants != "tracker billing:eu" || c.Scopes != pipeline.ScopeWrite {
+		t.Errorf("the token's caller %+v, %v", c, ok)
+	}
+	list := mustRunToken(t, nil, "list", "--tokens", file)
+	if !regexp.MustCompile(`(?m)^triage +write,tracker,billing:eu +\S+$`).MatchString(list.stdout) ||
+		!regexp.MustCompile(`(?m)^plain +read,write +\S+$`).MatchString(list.stdout) {
+		t.Errorf("list:\n%s", list.stdout)
+	}
+	js := mustRunToken(t, nil, "list", "--tokens", file, "-o", "json")
+	if !strings.Contains(js.stdout, `{"name":"triage","scopes":["write","tracker","billing:eu"],"created":`) ||
+		!strings.Contains(js.stdout, `{"name":"plain","scopes":["read","write"],"created":`) {
+		t.Errorf("list -o json: %s", js.stdout)
 	}
 }

@@ -66,6 +66,7 @@ import (
 
 	"github.com/writerd/writerd/internal/loopback"
 	"github.com/writerd/writerd/internal/pathless"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // The defaults and bounds of the format.
@@ -349,7 +350,6 @@ var (
 	upstreamName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 	exportName   = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 	toolName     = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
-	scopeName    = regexp.MustCompile(`^[a-z][a-z0-9_:.-]{0,63}$`)
 	argumentName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,63}$`)
 	// a _meta key: an optional prefix of dot-separated labels and "/",
 	// then a name (MCP's _meta key format).
@@ -364,9 +364,6 @@ var reservedHeaders = []string{
 	"Last-Event-Id", "Mcp-Protocol-Version", "Mcp-Session-Id", "Proxy-Connection",
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
-
-// reservedScopes are writerd's own.
-var reservedScopes = []string{"read", "write", "audit", "admin"}
 
 // check is the third pass: every rule, and the Config.
 func (d *doc) check(f *file) *Config {
@@ -498,7 +495,7 @@ func (d *doc) upstream(at path, name string, b *upstreamBlock, exports map[strin
 		return nil
 	}
 	if d.has(at.key("scope")) {
-		if !scopeName.MatchString(b.Scope) || slices.Contains(reservedScopes, b.Scope) {
+		if !pipeline.ValidScopeName(b.Scope) {
 			d.fail(at.key("scope"), "a scope is 1 to 64 lower-case letters, digits, _, :, . and -, starting with a letter, and not one of writerd's own (read, write, audit, admin)")
 			return nil
 		}
