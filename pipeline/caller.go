@@ -45,8 +45,15 @@ type Caller struct {
 	Grants string
 }
 
+// AllGrants, as a caller's Grants, holds every named scope: the local
+// principal over stdio, and every caller of a daemon served without
+// tokens, who hold every scope.
+const AllGrants = "*"
+
 // Holds reports whether the caller holds the named scope.
-func (c Caller) Holds(scope string) bool { return slices.Contains(strings.Fields(c.Grants), scope) }
+func (c Caller) Holds(scope string) bool {
+	return c.Grants == AllGrants || slices.Contains(strings.Fields(c.Grants), scope)
+}
 
 // ValidScopeName reports whether name can be a named scope (Caller.Grants,
 // ToolInfo.Scope): 1 to 64 lower-case letters, digits, _, :, . and -,

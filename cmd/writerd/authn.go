@@ -116,7 +116,7 @@ func (a *authenticator) http(m *metrics.Metrics, log *slog.Logger, h daemon.HTTP
 	if a.tokens == nil && a.oauth == nil {
 		h.Authenticate = func(next http.Handler) http.Handler { return auth.Insecure(a.principal, next) }
 		h.SignIn = func(context.Context, string) (pipeline.Caller, error) {
-			return pipeline.Caller{Principal: a.principal, Scopes: pipeline.AllScopes}, nil
+			return pipeline.Caller{Principal: a.principal, Scopes: pipeline.AllScopes, Grants: pipeline.AllGrants}, nil
 		}
 		return h
 	}

@@ -166,7 +166,7 @@ func (d *Daemon) HTTPServer(h HTTP) *http.Server {
 // process, every call as principal with every scope, until the client
 // closes in or ctx ends.
 func (d *Daemon) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer, principal string) error {
-	caller := pipeline.Caller{Principal: principal, Scopes: pipeline.AllScopes, Transport: pipeline.TransportStdio}
+	caller := pipeline.Caller{Principal: principal, Scopes: pipeline.AllScopes, Grants: pipeline.AllGrants, Transport: pipeline.TransportStdio}
 	srv := mcp.NewServer(d.Pipeline, mcp.Options{
 		Version: d.cfg.Version, Logger: d.log,
 		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller },
