@@ -182,6 +182,8 @@ func DefineExternal[D any](spec ExternalSpec) (*Tool[D], error) {
 		return nil, fmt.Errorf("pipeline: tool %s: a destructive tool has a Preview", spec.Name)
 	case len(spec.OutputSchema) == 0:
 		return nil, fmt.Errorf("pipeline: tool %s: an output schema is required", spec.Name)
+	case spec.Scope != "" && !ValidScopeName(spec.Scope):
+		return nil, fmt.Errorf("pipeline: tool %s: %q is no scope name", spec.Name, spec.Scope)
 	}
 	in, err := externalSchema(spec)
 	if err != nil {
