@@ -105,13 +105,15 @@ func protocolsFrom(min string) []string {
 }
 
 func toolOf(t *pipeline.ToolInfo) *sdk.Tool {
-	closed := false
+	// writerd's own tools touch only its store; an upstream's reach a
+	// world writerd does not own.
+	openWorld := t.OpenWorld
 	a := &sdk.ToolAnnotations{
 		ReadOnlyHint: t.ReadOnly,
 		// Reads change nothing; a write replays under its idempotency key,
 		// so repeating a call with the same arguments has no further effect.
 		IdempotentHint: true,
-		OpenWorldHint:  &closed,
+		OpenWorldHint:  &openWorld,
 	}
 	if !t.ReadOnly {
 		// An update overwrites what was there: destructive in MCP's sense,

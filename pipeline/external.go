@@ -199,8 +199,8 @@ func DefineExternal[D any](spec ExternalSpec) (*Tool[D], error) {
 			ReadOnly: spec.ReadOnly, Destructive: spec.Destructive,
 			// An upstream's write may change what exists: it is
 			// advertised as destructive unless it is a read.
-			Overwrites:  !spec.ReadOnly && !spec.Destructive,
-			Scope:       spec.Scope,
+			Overwrites: !spec.ReadOnly && !spec.Destructive,
+			Scope:      spec.Scope, OpenWorld: true,
 			InputSchema: in, OutputSchema: spec.OutputSchema,
 		},
 		external: &external{upstream: spec.Upstream, tool: spec.UpstreamTool, redrive: spec.Redrive, ext: spec.External},

@@ -107,6 +107,9 @@ type ToolInfo struct {
 	// Scope, if set, is a scope the caller must also hold: an upstream's
 	// own (docs/UPSTREAMS.md).
 	Scope string
+	// OpenWorld marks a tool whose effect is outside writerd (an
+	// upstream's): clients are told so (openWorldHint).
+	OpenWorld bool
 	// need, if set, is the scope the tool needs instead of read or write
 	// (the resolution tool's admin).
 	need Scope

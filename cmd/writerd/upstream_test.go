@@ -119,6 +119,9 @@ func TestUpstream_ServeStdio(t *testing.T) {
 	if offered == nil {
 		t.Fatalf("tools/list offers no tracker_create_ticket\nstderr:\n%s", d.stderr)
 	}
+	if a := offered.Annotations; a == nil || a.ReadOnlyHint || a.OpenWorldHint == nil || !*a.OpenWorldHint || a.DestructiveHint == nil || !*a.DestructiveHint || !a.IdempotentHint {
+		t.Errorf("annotations %+v: want writerd's for an upstream's write (open world, destructive, idempotent)", a)
+	}
 	schema, _ := json.Marshal(offered.InputSchema)
 	if !strings.Contains(string(schema), `"idempotency_key"`) || strings.Contains(string(schema), `"request_key"`) {
 		t.Errorf("the offered schema %s: want writerd's idempotency_key, not the upstream's own key argument", schema)
