@@ -41,6 +41,20 @@ const (
 	DefaultAttempts = 5
 )
 
+// The failpoints of a write outside the store (Config.Failpoint).
+const (
+	FailpointPending    = "pending-committed" // its pending record committed, nothing sent
+	FailpointAnswered   = "answered"          // the upstream answered, the completion not begun
+	FailpointCompleting = "completing"        // inside the completion's transaction, before its commit
+)
+
+// hit calls the failpoint name, if any.
+func (p *Pipeline[D]) hit(name string) {
+	if p.cfg.Failpoint != nil {
+		p.cfg.Failpoint(name)
+	}
+}
+
 // errFenced rolls back a transaction of a pending record whose fence (its
 // owner and attempt) was lost to a takeover: it writes nothing.
 var errFenced = errors.New("pipeline: pending record taken over")
@@ -149,6 +163,7 @@ func (p *Pipeline[D]) writeExternal(ctx context.Context, c Caller, t *Tool[D], i
 		return &Result{RequestID: reqID, Outcome: OutcomeError, Err: e}
 	}
 	p.cfg.Metrics.Idempotency("new")
+	p.hit(FailpointPending)
 	ev := &auditlog.Event{
 		RequestID: reqID, Principal: c.Principal, Transport: c.Transport,
 		Tool: t.Name, IdempotencyKey: in.Key, Digest: digest,
@@ -222,6 +237,7 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 		}
 		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: Wrap(Unavailable, ans.Cause, notSentMessage)}
 	}
+	p.hit(FailpointAnswered)
 	return p.complete(ctx, t, rec, ev, start, ans)
 }
 
@@ -331,6 +347,7 @@ func (p *Pipeline[D]) complete(ctx context.Context, t *Tool[D], rec *idempotency
 		if err := tx.Audit().Append(ev); err != nil {
 			return err
 		}
+		p.hit(FailpointCompleting)
 		settled = p.record(ev, now, state, nil, "")
 		settled.CreatedAt = rec.CreatedAt
 		settled.Owner, settled.Attempt, settled.UpstreamKey = rec.Owner, rec.Attempt, rec.UpstreamKey

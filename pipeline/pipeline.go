@@ -51,6 +51,10 @@ type Config[D any] struct {
 	Lease    time.Duration
 	Sends    int
 	Attempts int
+	// Failpoint, if set, is called at the named points of a write outside
+	// the store (FailpointPending, FailpointAnswered, FailpointCompleting):
+	// the test build's crash trials end the process there.
+	Failpoint func(name string)
 	// Unsettled, if set, is told by each takeover sweep how many writes
 	// outside the store are pending and how many unknown and unresolved
 	// (for the metrics).

@@ -31,10 +31,12 @@ import (
 )
 
 // Hooks for the writerd_testtools build (testtools.go), which the end-to-end
-// tests use to make a handler panic or a save fail; nil in a release build.
+// tests use to make a handler panic or a save fail, or the process die at
+// a failpoint of a write outside the store; nil in a release build.
 var (
 	extraTools  func() []*pipeline.Tool[handlers.Store]
 	wrapStorage func(pipeline.Storage[handlers.Store]) pipeline.Storage[handlers.Store]
+	failpoint   func(name string)
 )
 
 // ServeCommand serves the tools.
@@ -345,6 +347,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if extraTools != nil {
 		cfg.Tools = extraTools()
 	}
+	cfg.Failpoint = failpoint
 	cfg.Wrap = wrapStorage
 
 	// Bind before the store opens: a port in use is refused before

@@ -27,6 +27,12 @@ import (
 // must reach the log as <data>/writerd.db.
 const TestFaultEnv = "WRITERD_TEST_FAULT"
 
+// TestFailpointEnv names the failpoint of a write outside the store at
+// which the process kills itself with SIGKILL (pipeline.FailpointPending,
+// FailpointAnswered, FailpointCompleting): no shutdown, no last fsync,
+// as a crash there would.
+const TestFailpointEnv = "WRITERD_TEST_FAILPOINT"
+
 // fileSizeLimit is the cap of the "file-size-limit" fault: room for the
 // new database and a few dozen writes.
 const fileSizeLimit = 256 << 10
@@ -52,6 +58,14 @@ func init() {
 		lim.Cur = fileSizeLimit
 		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
 			panic(err)
+		}
+	}
+	if at := os.Getenv(TestFailpointEnv); at != "" {
+		failpoint = func(name string) {
+			if name == at {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // SIGKILL is not handled: nothing runs after it
+			}
 		}
 	}
 	extraTools = func() []*pipeline.Tool[handlers.Store] {

@@ -78,6 +78,8 @@ type Config struct {
 	// each one's first listing (default DefaultUpstreamWait).
 	Upstreams    *upstream.Config
 	UpstreamWait time.Duration
+	// Failpoint is the pipeline's (the test build's crash trials).
+	Failpoint func(name string)
 
 	// Lease is a pending write's lease (pipeline.Config.Lease; default
 	// pipeline.DefaultLease); SweepEvery how often pending writes past
@@ -200,6 +202,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		Logger: cfg.Logger, Metrics: d.Metrics, Refuse: d.refuseWrites,
 		Origin: d.Origin, Lease: cfg.Lease,
 		Unsettled: func(pending, unknown int) { d.upstreamMetrics.Unsettled(pending, unknown) },
+		Failpoint: cfg.Failpoint,
 	})
 	tools := append(handlers.Tools(), cfg.Tools...)
 	if cfg.Upstreams != nil && len(cfg.Upstreams.Upstreams) > 0 {
