@@ -250,6 +250,10 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 type ReadyCheck struct {
 	Name string
 	Err  error
+	// Advisory marks a check whose failure does not make the daemon
+	// unready (an upstream that is down: only its tools answer
+	// UNAVAILABLE); it shows as "down" in the body.
+	Advisory bool
 }
 
 // readyAnswer is /readyz's body (docs/OPERATIONS.md): "ready" or
@@ -278,6 +282,10 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	for _, c := range s.cfg.Ready(ctx) {
 		if c.Err == nil {
 			answer.Checks[c.Name] = readyState{State: "ok"}
+			continue
+		}
+		if c.Advisory {
+			answer.Checks[c.Name] = readyState{State: "down", Message: pipeline.Public(c.Err).Message}
 			continue
 		}
 		answer.Status = "unavailable"

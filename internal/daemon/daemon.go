@@ -297,10 +297,10 @@ const (
 func (d *Daemon) Checks(ctx context.Context) []httpapi.ReadyCheck {
 	store := d.Store.Ready(ctx)
 	d.noteRefusal(store)
-	return []httpapi.ReadyCheck{
+	return append([]httpapi.ReadyCheck{
 		{Name: CheckStore, Err: store},
 		{Name: CheckSelfCheck, Err: d.refuseWrites()},
-	}
+	}, d.upstreams.checks()...)
 }
 
 // noteRefusal logs, once per change of cause, an open store that refuses
@@ -328,10 +328,10 @@ func (d *Daemon) noteRefusal(err error) {
 }
 
 // Ready reports whether the daemon serves: every one of its Checks
-// passes. Its error is the first that fails.
+// but the advisory ones passes. Its error is the first that fails.
 func (d *Daemon) Ready(ctx context.Context) error {
 	for _, c := range d.Checks(ctx) {
-		if c.Err != nil {
+		if c.Err != nil && !c.Advisory {
 			return c.Err
 		}
 	}

@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/upstream"
+	"github.com/writerd/writerd/httpapi"
 	"github.com/writerd/writerd/metrics"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -23,6 +25,40 @@ const DefaultUpstreamWait = 10 * time.Second
 type upstreams struct {
 	clients []*upstream.Client
 	exports *upstream.Exports
+
+	mu    sync.Mutex
+	names []string        // in the file's order
+	up    map[string]bool // by name: a session is up
+}
+
+// setUp records whether an upstream's session is up.
+func (us *upstreams) setUp(name string, up bool) {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	us.up[name] = up
+}
+
+// UpstreamDown is what /readyz says of an upstream that is not connected.
+const UpstreamDown = "The upstream is not connected; its tools answer UNAVAILABLE until writerd reaches it again."
+
+// checks are /readyz's advisory checks, one per upstream, named
+// "upstream:NAME": down does not make the daemon unready, since only
+// that upstream's tools fail.
+func (us *upstreams) checks() []httpapi.ReadyCheck {
+	if us == nil {
+		return nil
+	}
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	cs := make([]httpapi.ReadyCheck, 0, len(us.names))
+	for _, name := range us.names {
+		c := httpapi.ReadyCheck{Name: "upstream:" + name, Advisory: true}
+		if !us.up[name] {
+			c.Err = pipeline.Errorf(pipeline.Unavailable, UpstreamDown)
+		}
+		cs = append(cs, c)
+	}
+	return cs
 }
 
 // connectUpstreams starts a client for each upstream of cfg, waits at
@@ -35,7 +71,7 @@ func connectUpstreams(ctx context.Context, cfg *upstream.Config, log *slog.Logge
 	if wait <= 0 {
 		wait = DefaultUpstreamWait
 	}
-	us := &upstreams{exports: upstream.NewExports(log)}
+	us := &upstreams{exports: upstream.NewExports(log), up: map[string]bool{}}
 	var tools []*pipeline.Tool[handlers.Store]
 	for _, u := range cfg.Upstreams {
 		listed := make(chan []*mcp.Tool, 1)
@@ -50,13 +86,14 @@ func connectUpstreams(ctx context.Context, cfg *upstream.Config, log *slog.Logge
 				}
 				us.exports.Listed(u.Name, ts)
 			},
-			OnUp: func(up bool) { m.Up(u.Name, up) },
+			OnUp: func(up bool) { m.Up(u.Name, up); us.setUp(u.Name, up) },
 		})
 		if err := c.Start(ctx); err != nil {
 			us.close()
 			return nil, nil, err
 		}
 		us.clients = append(us.clients, c)
+		us.names = append(us.names, u.Name)
 		var defs []*mcp.Tool
 		timer := time.NewTimer(wait)
 		select {
