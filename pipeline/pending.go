@@ -197,15 +197,10 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 	sends := 0
 	for {
 		sends++
-		renewing := p.renew(ctx, rec)
-		ans = x.ext.Send(ctx, &ExternalCall{
+		ans = p.send(ctx, x, rec, &ExternalCall{
 			Args: rec.Args, UpstreamKey: rec.UpstreamKey, Principal: rec.Principal,
 			Attempt: rec.Attempt, Send: sends,
 		})
-		renewing()
-		if ans == nil {
-			ans = &ExternalAnswer{Disposition: Uncertain, End: "error", Cause: errors.New("pipeline: no answer")}
-		}
 		if ans.Cause != nil {
 			p.log.Debug("upstream call", "request_id", ev.RequestID, "tool", t.Name,
 				"attempt", rec.Attempt, "send", sends, "end", ans.End, "cause", ans.Cause.Error())
@@ -239,6 +234,23 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 	}
 	p.hit(FailpointAnswered)
 	return p.complete(ctx, t, rec, ev, start, ans)
+}
+
+// send sends one attempt of rec's call with its lease renewed meanwhile.
+// A panic in the External, or no answer, is an uncertain sending: the
+// call may have left.
+func (p *Pipeline[D]) send(ctx context.Context, x *external, rec *idempotency.Record, call *ExternalCall) (ans *ExternalAnswer) {
+	renewing := p.renew(ctx, rec)
+	defer renewing()
+	defer func() {
+		if r := recover(); r != nil {
+			ans = &ExternalAnswer{Disposition: Uncertain, End: "error", Cause: PanicError(r)}
+		}
+	}()
+	if ans = x.ext.Send(ctx, call); ans == nil {
+		ans = &ExternalAnswer{Disposition: Uncertain, End: "error", Cause: errors.New("pipeline: no answer")}
+	}
+	return ans
 }
 
 // wait sleeps d unless ctx ends first.
@@ -469,6 +481,16 @@ func (p *Pipeline[D]) takeOver(ctx context.Context, old *idempotency.Record) (bo
 	}
 	mine := &idempotency.Record{}
 	redrive := x != nil && x.redrive && old.Attempt < p.cfg.Attempts
+	if redrive {
+		// A re-drive takes one of the upstream's slots as a call does;
+		// with none free the record is left for the next sweep, its
+		// attempts unspent.
+		free, err := x.ext.Slot(ctx, p.cfg.KeyWait)
+		if err != nil {
+			return false, nil
+		}
+		defer free()
+	}
 	ev := &auditlog.Event{
 		RequestID: ulid.Make().String(), Principal: old.Principal, Transport: TransportTakeover,
 		Tool: old.Tool, IdempotencyKey: old.Key, Digest: old.Digest,

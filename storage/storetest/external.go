@@ -557,3 +557,21 @@ func testExternalTakeoverAtStart(t *testing.T, b Backend) {
 		t.Errorf("a retry of the taken-over key = %+v, want no run", r)
 	}
 }
+
+// Ensure a panic in the upstream's sending is an unknown outcome (the
+// call may have left), recorded with one event and leaking nothing, and
+// that it leaves no pending record behind.
+func testExternalPanic(t *testing.T, b Backend) {
+	u := newUpstream()
+	u.answer = func(int, *pipeline.ExternalCall) *pipeline.ExternalAnswer { panic("the stand-in panics " + SecretMarker) }
+	e := newExternalEnv(t, b, u)
+	r := e.Call(Caller, "ext_create", extArgs("ext-key-0015", "panic"))
+	MustCode(t, r, pipeline.UnknownOutcome, pipeline.RetryNever)
+	mustNotLeak(t, r)
+	if rec := e.Record(Caller.Principal, "ext-key-0015"); rec == nil || rec.State != idempotency.Unknown {
+		t.Fatalf("after a panic: record %+v, want unknown", rec)
+	}
+	if evs := e.EventsOf("ext-key-0015"); len(evs) != 1 || evs[0].Outcome != auditlog.Unknown {
+		t.Fatalf("events %+v, want one unknown", evs)
+	}
+}

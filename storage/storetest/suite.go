@@ -52,6 +52,7 @@ var Tests = []Test{
 	{"ExternalPendingRetry", "a retry while the record is pending, on another process, waits, then answers IDEMPOTENCY_KEY_IN_USE with same_key and sends nothing; it sees the outcome running", testExternalPendingRetry},
 	{"ExternalTakeover", "a pending record past its lease is taken over by another process, fenced by its attempt: recorded unknown without sending, or re-driven with the stored arguments and upstream key; the stalled owner's completion writes nothing; within the lease nothing is taken", testExternalTakeover},
 	{"ExternalTakeoverAtStart", "a pending record a dead process left is taken over when its lease runs out, and at once when the store opens if only one process can open it; it is then one unknown event, nothing sent", testExternalTakeoverAtStart},
+	{"ExternalPanic", "a panic in the upstream's sending is an unknown outcome with one event, leaking nothing, and leaves no pending record", testExternalPanic},
 	{"ExternalUpstreamKey", "the upstream key is the same after a reopen, different for another principal and for the key used again after its TTL, and reveals neither", testExternalUpstreamKey},
 	// Group commit (docs/DESIGN.md section 11).
 	{"UpdateRollsBackOnlyItsOwn", "a write given to Update that fails or panics rolls back its own changes only; the writes beside it commit", testUpdateIsolation},
