@@ -49,6 +49,7 @@ type ServeCommand struct {
 	tokensFile string
 	upstreams  string // the upstreams file, --upstreams
 	upCfg      *upstream.Config
+	upWait     time.Duration
 	insecure   bool
 	maxBody    int64
 	store      storeFlags
@@ -184,6 +185,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.StringVar(&c.addr, "addr", "", "serve HTTP on this `address` (default "+defaultAddr+" without --stdio; none with it)")
 	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file` HTTP callers authenticate against (writerd token new makes it)")
 	fs.StringVar(&c.upstreams, "upstreams", "", "the `file` of upstream MCP servers whose tools writerd serves (docs/UPSTREAMS.md)")
+	fs.DurationVar(&c.upWait, "upstream-wait", daemon.DefaultUpstreamWait, "how long to wait at start for each upstream to list its tools")
 	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "serve HTTP without tokens, every caller as --principal with every scope; loopback addresses only")
 	fs.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "the largest HTTP request body, in `bytes`")
 	fs.StringVar(&c.publicURL, "public-url", "", "the `URL` browsers reach this daemon at through a proxy; https makes the console's cookie Secure over a loopback --addr too")
@@ -342,7 +344,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		CheckpointEvery: c.cpEvery, CheckpointInterval: c.cpInterval,
 		Witnesses: c.witnesses, WitnessQuorum: c.witnessQuorum,
 		Logger: log, Version: version(),
-		Upstreams: c.upCfg,
+		Upstreams: c.upCfg, UpstreamWait: c.upWait,
 	}
 	if extraTools != nil {
 		cfg.Tools = extraTools()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,6 +90,9 @@ func TestUpstream_ServerMemory(t *testing.T) {
 		t.Fatal("server-memory listed no tools within 60s")
 	}
 	probe.Close()
+	for _, name := range []string{"create_entities", "add_observations", "delete_entities", "read_graph"} {
+		t.Logf("pin %s = %s", name, pins[name])
+	}
 	argvTOML, _ := json.Marshal(argv)
 	file := filepath.Join(t.TempDir(), "upstreams.toml")
 	text := fmt.Sprintf(memoryBlock, argvTOML, memorytest.File(dir), pins["create_entities"], pins["add_observations"], pins["delete_entities"], pins["read_graph"])
@@ -138,5 +142,64 @@ func TestUpstream_ServerMemory(t *testing.T) {
 	}
 	if n := len(s.events()); n != 2 {
 		t.Errorf("%d events, want 2: a rejection, a preview and a read write none", n)
+	}
+}
+
+// guideBlock returns the server-memory block of docs/UPSTREAMS.md, its
+// directory replaced by dir.
+func guideBlock(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "UPSTREAMS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## Example: server-memory")
+	if !ok {
+		t.Fatal(`docs/UPSTREAMS.md has no "Example: server-memory"`)
+	}
+	_, rest, ok = strings.Cut(rest, "```toml\n")
+	block, _, closed := strings.Cut(rest, "```")
+	if !ok || !closed || !strings.Contains(block, "npx") {
+		t.Fatal("docs/UPSTREAMS.md's server-memory example has no toml block running npx")
+	}
+	return strings.ReplaceAll(block, "/var/lib/writerd/memory", dir)
+}
+
+// Ensure the guide's server-memory block runs as written: npx fetches the
+// pinned version, its pins match what it lists (a tool whose pin did not
+// would not be served), and a write through writerd lands in its graph.
+func TestUpstream_GuideBlock(t *testing.T) {
+	if _, err := exec.LookPath("npx"); err != nil {
+		if os.Getenv(memorytest.EnvRequired) != "" {
+			t.Fatal("npx is not installed, and the guide's server-memory block needs it")
+		}
+		t.Skip("npx is not installed")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(t.TempDir(), "upstreams.toml")
+	if err := os.WriteFile(file, []byte(guideBlock(t, dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// npx fetches the package first: a minute or two on a new machine.
+	d := mustStartWith(t, daemonConfig{args: []string{"--upstreams", file, "--upstream-wait", "3m"}, connect: 4 * time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := d.session.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, tool := range list.Tools {
+		served[tool.Name] = true
+	}
+	for _, name := range []string{"memory_create_entities", "memory_add_observations", "memory_delete_entities", "memory_read_graph"} {
+		if !served[name] {
+			t.Errorf("%s is not served (its pin or bounds in the guide are out of date?)\nstderr:\n%s", name, d.stderr)
+		}
+	}
+	mustSucceed(t, d.Call("memory_create_entities", `{"idempotency_key":"guide-key-0001","entities":[{"name":"Grace","entityType":"person","observations":["found a moth"]}]}`))
+	graph, err := os.ReadFile(filepath.Join(dir, "graph.jsonl"))
+	if err != nil || !strings.Contains(string(graph), `"Grace"`) {
+		t.Fatalf("the graph holds %q (%v), want Grace", graph, err)
 	}
 }
