@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -357,4 +358,50 @@ func lastRaw(t *testing.T, d *stdioDaemon) json.RawMessage {
 		t.Fatal("no structured result on the wire")
 	}
 	return raw[len(raw)-1]
+}
+
+// Ensure docs/UPSTREAMS.md's table "What a crash leaves" says what
+// crashPoints asserts: one row per crash point, in its order, each
+// column of an upstream with and without keys giving the executions, the
+// state get_write_outcome answers and the event's outcome.
+func TestUpstream_CrashTableDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "UPSTREAMS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n### What a crash leaves\n")
+	if !ok {
+		t.Fatal(`docs/UPSTREAMS.md has no section "What a crash leaves"`)
+	}
+	section, _, _ = strings.Cut(section, "\n#")
+	var rows [][]string
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| writerd dies") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 4 {
+			t.Fatalf("row %q: want 4 cells", line)
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) != len(crashPoints) {
+		t.Fatalf("the table has %d rows, the test %d crash points", len(rows), len(crashPoints))
+	}
+	says := func(cell string, l crashLeft) bool {
+		return strings.HasPrefix(cell, fmt.Sprintf("%d", l.executions)) &&
+			strings.Contains(cell, "`"+l.state+"`") && strings.Contains(cell, "`"+l.outcome+"`") &&
+			(l.end == string(upstream.EndAnswered) || strings.Contains(cell, "`"+l.end+"`"))
+	}
+	for i, cp := range crashPoints {
+		if ran := map[bool]string{true: "yes", false: "no"}[cp.sent > 0]; rows[i][1] != ran {
+			t.Errorf("row %d (%s): the upstream has run it %q, want %q", i+1, cp.point, rows[i][1], ran)
+		}
+		if !says(rows[i][2], cp.keyed) {
+			t.Errorf("row %d (%s): with keys %q, want %+v", i+1, cp.point, rows[i][2], cp.keyed)
+		}
+		if !says(rows[i][3], cp.unkeyed) {
+			t.Errorf("row %d (%s): without keys %q, want %+v", i+1, cp.point, rows[i][3], cp.unkeyed)
+		}
+	}
 }
