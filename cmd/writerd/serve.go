@@ -31,12 +31,15 @@ import (
 )
 
 // Hooks for the writerd_testtools build (testtools.go), which the end-to-end
-// tests use to make a handler panic or a save fail, or the process die at
-// a failpoint of a write outside the store; nil in a release build.
+// tests use to make a handler panic or a save fail, the process die at
+// a failpoint of a write outside the store, or a pending write's lease
+// short enough for a crash trial on PostgreSQL; nil or zero (the
+// default lease) in a release build.
 var (
 	extraTools  func() []*pipeline.Tool[handlers.Store]
 	wrapStorage func(pipeline.Storage[handlers.Store]) pipeline.Storage[handlers.Store]
 	failpoint   func(name string)
+	testLease   time.Duration
 )
 
 // ServeCommand serves the tools.
@@ -351,6 +354,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	cfg.Failpoint = failpoint
 	cfg.Wrap = wrapStorage
+	cfg.Lease = testLease
 
 	// Bind before the store opens: a port in use is refused before
 	// start-up has made anything (the data directory, writerd.db, a new
