@@ -98,6 +98,7 @@ const crashLease = "1s"
 // record is taken over at start); on PostgreSQL the test build with a
 // short lease, past which a sweep takes the record over.
 func TestUpstream_CrashPoints(t *testing.T) {
+	t.Parallel() // its own processes and directories; mostly waiting on them
 	if testing.Short() {
 		t.Skip("kills and restarts the daemon")
 	}

@@ -72,6 +72,7 @@ pin = %q
 // replay byte for byte; delete_entities without confirm previews and
 // changes nothing, with confirm deletes; each write one event.
 func TestUpstream_ServerMemory(t *testing.T) {
+	t.Parallel() // its own processes and directories; mostly waiting on them
 	dir := t.TempDir()
 	argv, env := memorytest.Command(t, dir)
 	listed := make(chan []*sdk.Tool, 4)
@@ -169,6 +170,7 @@ func guideBlock(t *testing.T, dir string) string {
 // pinned version, its pins match what it lists (a tool whose pin did not
 // would not be served), and a write through writerd lands in its graph.
 func TestUpstream_GuideBlock(t *testing.T) {
+	t.Parallel() // its own processes and directories; mostly waiting on them
 	if _, err := exec.LookPath("npx"); err != nil {
 		if os.Getenv(memorytest.EnvRequired) != "" {
 			t.Fatal("npx is not installed, and the guide's server-memory block needs it")
