@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,25 +77,7 @@ func TestUpstream_ServerMemory(t *testing.T) {
 	t.Parallel() // its own processes and directories; mostly waiting on them
 	dir := t.TempDir()
 	argv, env := memorytest.Command(t, dir)
-	listed := make(chan []*sdk.Tool, 4)
-	probe := upstream.NewClient(upstream.Endpoint{Name: "probe", Command: argv, Env: env, Timeout: 20 * time.Second},
-		upstream.ClientOptions{OnTools: func(ts []*sdk.Tool) { listed <- ts }})
-	if err := probe.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	pins := map[string]string{}
-	select {
-	case ts := <-listed:
-		for _, d := range ts {
-			pins[d.Name] = upstream.Pin(d)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("server-memory listed no tools within 60s")
-	}
-	probe.Close()
-	for _, name := range []string{"create_entities", "add_observations", "delete_entities", "read_graph"} {
-		t.Logf("pin %s = %s", name, pins[name])
-	}
+	pins := memoryPins(t, argv, env)
 	argvTOML, _ := json.Marshal(argv)
 	file := filepath.Join(t.TempDir(), "upstreams.toml")
 	text := fmt.Sprintf(memoryBlock, argvTOML, memorytest.File(dir), pins["create_entities"], pins["add_observations"], pins["delete_entities"], pins["read_graph"])
@@ -204,4 +188,102 @@ func TestUpstream_GuideBlock(t *testing.T) {
 	if err != nil || !strings.Contains(string(graph), `"Grace"`) {
 		t.Fatalf("the graph holds %q (%v), want Grace", graph, err)
 	}
+}
+
+// Ensure the MCP Inspector's CLI calls server-memory's writes through
+// writerd over stdio: it is offered writerd's tools, its call runs once,
+// and the same call again replays without a second write in the graph.
+func TestUpstream_Inspector(t *testing.T) {
+	t.Parallel() // its own processes and directories
+	dir := t.TempDir()
+	argv, env := memorytest.Command(t, dir)
+	inspector := memorytest.InspectorCommand(t)
+	pins := memoryPins(t, argv, env)
+	argvTOML, _ := json.Marshal(argv)
+	file := filepath.Join(t.TempDir(), "upstreams.toml")
+	text := fmt.Sprintf(memoryBlock, argvTOML, memorytest.File(dir), pins["create_entities"], pins["add_observations"], pins["delete_entities"], pins["read_graph"])
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	store := testStore{Dir: data}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(args ...string) []byte {
+		t.Helper()
+		cmdline := slices.Clone(inspector)
+		for _, kv := range store.env(t) {
+			if strings.HasPrefix(kv, "XDG_CONFIG_HOME=") || strings.HasPrefix(kv, "HOME=") {
+				cmdline = append(cmdline, "-e", kv)
+			}
+		}
+		cmdline = append(cmdline, binary, "serve", "--stdio", "--data", data, "--upstreams", file)
+		cmd := exec.CommandContext(ctx, cmdline[0], append(cmdline[1:], args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("the Inspector %v: %v\nstdout: %s\nstderr: %s", args, err, out, stderr.String())
+		}
+		return out
+	}
+	var listed struct{ Tools []struct{ Name string } }
+	if err := json.Unmarshal(run("--method", "tools/list"), &listed); err != nil {
+		t.Fatal(err)
+	}
+	offered := false
+	for _, tool := range listed.Tools {
+		offered = offered || tool.Name == "memory_create_entities"
+	}
+	if !offered {
+		t.Fatalf("the Inspector is not offered memory_create_entities: %+v", listed.Tools)
+	}
+	call := func() map[string]any {
+		out := run("--method", "tools/call", "--tool-name", "memory_create_entities",
+			"--tool-arg", "idempotency_key=insp-key-0001",
+			"--tool-arg", `entities=[{"name":"Inspected","entityType":"test","observations":[]}]`)
+		var res map[string]any
+		if err := json.Unmarshal(out, &res); err != nil || res["isError"] == true {
+			t.Fatalf("the Inspector's tools/call: %v\n%s", err, out)
+		}
+		return res
+	}
+	first, again := call(), call()
+	if fmt.Sprint(first["structuredContent"]) != fmt.Sprint(again["structuredContent"]) {
+		t.Errorf("the Inspector's retry answered %v, want the first answer %v", again["structuredContent"], first["structuredContent"])
+	}
+	if meta, _ := again["_meta"].(map[string]any); meta["writerd/replayed"] != true {
+		t.Errorf("the retry's _meta = %v, want writerd/replayed", again["_meta"])
+	}
+	graph, err := os.ReadFile(memorytest.File(dir))
+	if err != nil || strings.Count(string(graph), `"Inspected"`) != 1 {
+		t.Fatalf("the graph holds %q (%v), want the entity once", graph, err)
+	}
+	s := MustOpenStore(t, store)
+	if evs := s.eventsFor("insp-key-0001"); len(evs) != 1 || evs[0].Outcome != auditlog.OK {
+		t.Errorf("events %+v, want one ok", evs)
+	}
+}
+
+// memoryPins lists server-memory's tools once and pins them, as writerd
+// upstream inspect prints them.
+func memoryPins(t *testing.T, argv, env []string) map[string]string {
+	t.Helper()
+	listed := make(chan []*sdk.Tool, 4)
+	probe := upstream.NewClient(upstream.Endpoint{Name: "probe", Command: argv, Env: env, Timeout: 20 * time.Second},
+		upstream.ClientOptions{OnTools: func(ts []*sdk.Tool) { listed <- ts }})
+	if err := probe.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	pins := map[string]string{}
+	select {
+	case ts := <-listed:
+		for _, d := range ts {
+			pins[d.Name] = upstream.Pin(d)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("server-memory listed no tools within 60s")
+	}
+	return pins
 }
