@@ -18,6 +18,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers/upstream"
 	"github.com/writerd/writerd/handlers/upstream/upstreamtest/memorytest"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // memoryBlock is the upstreams file of server-memory's write tools, as an
@@ -286,4 +287,72 @@ func memoryPins(t *testing.T, argv, env []string) map[string]string {
 		t.Fatal("server-memory listed no tools within 60s")
 	}
 	return pins
+}
+
+// Ensure the official TypeScript SDK's client calls server-memory's
+// writes through writerd, over stdio and over Streamable HTTP: offered
+// writerd's tools, a create run once and its retry replayed byte for
+// byte, a delete without confirm refused with its preview and nothing
+// deleted.
+func TestUpstream_TypeScriptClient(t *testing.T) {
+	t.Parallel() // its own processes and directories
+	node, sdkDir := nodeAndSDK(t)
+	for _, mode := range []string{"stdio", "http"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			argv, env := memorytest.Command(t, dir)
+			pins := memoryPins(t, argv, env)
+			argvTOML, _ := json.Marshal(argv)
+			file := filepath.Join(t.TempDir(), "upstreams.toml")
+			text := fmt.Sprintf(memoryBlock, argvTOML, memorytest.File(dir), pins["create_entities"], pins["add_observations"], pins["delete_entities"], pins["read_graph"])
+			if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			store := testStore{Dir: t.TempDir()}
+			var args []string
+			if mode == "stdio" {
+				writerd, _ := json.Marshal([]string{binary, "serve", "--stdio", "--data", store.Dir, "--upstreams", file})
+				childEnv := map[string]string{}
+				for _, kv := range store.env(t) {
+					k, v, _ := strings.Cut(kv, "=")
+					childEnv[k] = v
+				}
+				envJSON, _ := json.Marshal(childEnv)
+				args = []string{"stdio", string(writerd), string(envJSON)}
+			} else {
+				tokens := filepath.Join(t.TempDir(), "tokens.json")
+				token := mustToken(t, tokens, "ts-agent", pipeline.ScopeRead|pipeline.ScopeWrite)
+				d := MustStartHTTP(t, httpConfig{store: store, tokens: tokens, args: []string{"--upstreams", file}})
+				args = []string{"http", d.url + "/mcp", token}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, node, append([]string{"testdata/upstream-client.mjs", sdkDir}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("the TypeScript client: %v\n%s", err, out)
+			}
+			steps := map[string]map[string]any{}
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				var s map[string]any
+				if err := json.Unmarshal([]byte(line), &s); err != nil {
+					t.Fatalf("the client printed %q", line)
+				}
+				steps[fmt.Sprint(s["step"])] = s
+			}
+			if !strings.Contains(fmt.Sprint(steps["list"]["tools"]), "memory_create_entities") {
+				t.Errorf("tools %v: want memory_create_entities", steps["list"]["tools"])
+			}
+			create, retry := steps["create"], steps["retry"]
+			if create["isError"] != false || retry["replayed"] != true || fmt.Sprint(create["structured"]) != fmt.Sprint(retry["structured"]) {
+				t.Errorf("create %v, retry %v: want the retry to replay the create", create, retry)
+			}
+			if del := steps["delete"]; del["isError"] != true || !strings.Contains(fmt.Sprint(del["text"]), "CONFIRMATION_REQUIRED") {
+				t.Errorf("delete without confirm = %v, want CONFIRMATION_REQUIRED", del)
+			}
+			graph, err := os.ReadFile(memorytest.File(dir))
+			if err != nil || strings.Count(string(graph), `"TS-`+mode+`"`) != 1 {
+				t.Errorf("the graph holds %q (%v), want the entity once", graph, err)
+			}
+		})
+	}
 }
