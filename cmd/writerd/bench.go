@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,7 +36,7 @@ type BenchCommand struct {
 	fs *flagSet
 }
 
-const benchUsage = `usage: writerd bench [--target inproc|api|mcp|stdio] [--agents N] [--duration D] [flags]
+const benchUsage = `usage: writerd bench [--target inproc|api|mcp|stdio|upstream] [--agents N] [--duration D] [flags]
 
 Drives writes at a chosen concurrency and reports what they cost: writes a
 second, latency (p50, p90, p99, max), errors by code, commits a second and
@@ -76,6 +77,26 @@ Targets:
            stdio server one client). The client is bench's own: newline-
            delimited JSON-RPC, not the SDK's; it ends the server by closing
            its stdin
+  upstream writes to an upstream MCP server through writerd (docs/UPSTREAMS.md):
+           the tests' fake ticket tracker (handlers/upstream/upstreamtest),
+           started by bench over Streamable HTTP on a loopback port, taking
+           keys as an argument and answering at once (no delay; its ledger
+           not fsynced unless --upstream-fsync); its create_ticket exported
+           by a pipeline in this process (as inproc, on a fresh data
+           directory) as tracker_create_ticket, each write its pending
+           record committed, the call, and its completion committed. In
+           the same run, for the same duration and agents: direct, the
+           agents calling the fake's create_ticket themselves, a session
+           of the MCP Go SDK's client each; and create_project, writerd's
+           own write in process. The report adds writerd's p50 and p99
+           above the direct calls', its writes a second against
+           create_project's, the transactions and commits a write, and, at
+           one agent, each write's steps (until its pending record is
+           committed, the call, the completion). The fake is the binary
+           --upstream-fake names, else built from writerd's source tree
+           with the Go toolchain, as the tests build it (a writerd built
+           elsewhere needs --upstream-fake: go build -o DIR
+           ./handlers/upstream/upstreamtest/fakeupstream)
 
 --server may name several replicas, separated by commas: the agents are
 spread over them, and their metrics summed.
@@ -127,6 +148,11 @@ Examples:
 	# MCP over stdio, one agent, against the pipeline in process:
 	writerd bench --target stdio --agents 1 --baseline
 
+	# Writes to an upstream through writerd, against the same calls made
+	# to it directly and against create_project, at 1 agent and at 64:
+	writerd bench --target upstream --agents 1
+	writerd bench --target upstream --agents 64
+
 	# Updates on a store kept between runs, to see how cost grows with it, as JSON:
 	writerd bench --data /tmp/writerd-big --tool update_record --duration 30s -o json
 
@@ -140,7 +166,7 @@ func (c *BenchCommand) flags() *flagSet {
 	fs.Var(positiveValue(&cfg.Agents), "agents", "how many `agents` write at once")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long each run lasts, a `duration`")
 	fs.Var(choiceValue{v: &cfg.Tool, choices: bench.Tools}, "tool", "the `write`: "+orList(bench.Tools))
-	targets := []string{bench.TargetInproc, bench.TargetAPI, bench.TargetMCP, bench.TargetStdio}
+	targets := []string{bench.TargetInproc, bench.TargetAPI, bench.TargetMCP, bench.TargetStdio, bench.TargetUpstream}
 	fs.Var(choiceValue{v: &cfg.Target, choices: targets}, "target", "the `target` the writes go to: "+orList(targets))
 	fs.StringVar(&cfg.Data, "data", "", "inproc: the data `directory` to write in, kept afterwards: an absolute path, or one starting with ~/ (default: a fresh one in $TMPDIR, removed)")
 	fs.StringVar(&cfg.Store, "store", "", "inproc: a PostgreSQL server's connection `URL` or keyword/value string: bench makes a database of its own there, and drops it at the end")
@@ -150,6 +176,8 @@ func (c *BenchCommand) flags() *flagSet {
 	clients := []string{bench.ClientBench, bench.ClientSDK}
 	cfg.Client = bench.ClientBench
 	fs.Var(choiceValue{v: &cfg.Client, choices: clients}, "client", "mcp: the MCP `client` of each agent: bench's own or the SDK's, "+orList(clients))
+	fs.StringVar(&cfg.UpstreamFake, "upstream-fake", "", "upstream: the fake upstream's `binary` (default: built from writerd's source tree with the Go toolchain)")
+	fs.BoolVar(&cfg.UpstreamFsync, "upstream-fsync", false, "upstream: the fake fsyncs its ledger before each answer")
 	outputFlag(fs, &c.output, "table", "json")
 	fs.defaults["duration"] = shortDuration(cfg.Duration)
 	fs.takes("agents", fmt.Sprintf("a whole number of agents from 1 to %d, such as 16", bench.MaxAgents))
@@ -158,6 +186,7 @@ func (c *BenchCommand) flags() *flagSet {
 	fs.takes("target", orList(targets))
 	fs.takes("baseline", "true or false")
 	fs.takes("client", orList(clients))
+	fs.takes("upstream-fsync", "true or false")
 	c.fs = fs
 	return fs
 }
@@ -180,6 +209,7 @@ func (c *BenchCommand) parse(args []string) error {
 	cfg := &c.cfg
 	remote := cfg.Target == bench.TargetAPI || cfg.Target == bench.TargetMCP
 	spawned := cfg.Target == bench.TargetStdio
+	upstream := cfg.Target == bench.TargetUpstream
 	switch {
 	case cfg.Agents > bench.MaxAgents:
 		return fs.fail("%s takes a whole number of agents from 1 to %d, such as 16", fs.label("agents"), bench.MaxAgents)
@@ -201,6 +231,18 @@ func (c *BenchCommand) parse(args []string) error {
 		return fs.fail("%s is for --target api or mcp; --target stdio starts a server of its own", fs.label("server"))
 	case spawned && given["token-file"]:
 		return fs.fail("%s is for --target api or mcp; stdio needs no token", fs.label("token-file"))
+	case (given["upstream-fake"] || given["upstream-fsync"]) && !upstream:
+		return fs.fail("--upstream-fake and --upstream-fsync are for --target upstream")
+	case upstream && given["tool"]:
+		return fs.fail("--tool is for the other targets; --target upstream writes tickets to the fake upstream, and create_project beside them")
+	case upstream && given["baseline"]:
+		return fs.fail("--target upstream always runs its baselines, the direct calls and create_project; --baseline is for the other targets")
+	case upstream && (given["data"] || given["store"]):
+		return fs.fail("--data and --store are for --target inproc; --target upstream writes on fresh data directories")
+	case upstream && given["server"]:
+		return fs.fail("%s is for --target api or mcp; --target upstream runs writerd in this process", fs.label("server"))
+	case upstream && given["token-file"]:
+		return fs.fail("%s is for --target api or mcp; --target upstream needs no token", fs.label("token-file"))
 	case given["client"] && cfg.Target != bench.TargetMCP:
 		return fs.fail("--client is for --target mcp; %s has no MCP client to choose", cfg.Target)
 	case given["store"] && given["data"]:
@@ -222,6 +264,13 @@ func (c *BenchCommand) parse(args []string) error {
 			}
 			cfg.Servers = append(cfg.Servers, strings.TrimSuffix(u.String(), "/"))
 		}
+	}
+	if cfg.UpstreamFake != "" {
+		abs, err := filepath.Abs(expandHome(cfg.UpstreamFake))
+		if err != nil {
+			return fs.fail("--upstream-fake takes the path of a fakeupstream binary")
+		}
+		cfg.UpstreamFake = abs
 	}
 	if cfg.Data != "" {
 		var err error

@@ -13,7 +13,7 @@ import (
 )
 
 // benchUsageLine is the first line of writerd bench's usage.
-const benchUsageLine = "usage: writerd bench [--target inproc|api|mcp|stdio] [--agents N] [--duration D] [flags]"
+const benchUsageLine = "usage: writerd bench [--target inproc|api|mcp|stdio|upstream] [--agents N] [--duration D] [flags]"
 
 // benchShort are the flags of a short run, as the tests make it.
 var benchShort = []string{"--duration", "300ms", "--agents", "4"}
@@ -233,6 +233,31 @@ func TestBench_Remote(t *testing.T) {
 	}
 }
 
+// Ensure --target upstream finds the fake upstream as the tests do (it
+// builds it from the source tree), writes through writerd to it with no
+// error, runs the direct calls and create_project in the same run, and
+// leaves nothing behind: no file in its TMPDIR, no fake still running.
+func TestBench_Upstream(t *testing.T) {
+	tmp := t.TempDir()
+	rep := mustBench(t, runConfig{env: []string{"TMPDIR=" + tmp}}, "--target", "upstream", "--duration", "300ms", "--agents", "2")
+	if rep.Target != bench.TargetUpstream || rep.Tool != "tracker_create_ticket" || rep.Upstream == nil {
+		t.Fatalf("report of %s %s, upstream figures %+v", rep.Tool, rep.Target, rep.Upstream)
+	}
+	mustHaveWritten(t, rep.Writerd)
+	if len(rep.Baselines) != 2 || rep.Baselines[0].Name != bench.BaselineDirect || rep.Baselines[1].Name != bench.BaselineCreateProject {
+		t.Fatalf("baselines %+v, want direct and create_project", rep.Baselines)
+	}
+	for _, b := range rep.Baselines {
+		if b.Writes == 0 || len(b.Errors) != 0 || b.Ratio == nil {
+			t.Errorf("%s: %d writes, errors %v, ratio %+v; want writes, no error, writerd's ratio", b.Name, b.Writes, b.Errors, b.Ratio)
+		}
+	}
+	if u := rep.Upstream; u.Transactions.Upstream < 2 || u.Fsync {
+		t.Errorf("upstream figures %+v: want two transactions a write, the fake not fsyncing", u)
+	}
+	mustLeaveNothing(t, tmp)
+}
+
 // Ensure bench keeps the command line's conventions: help to stdout, and
 // each usage error as one sentence and the usage, once, to stderr, exit 2.
 func TestBench_Usage(t *testing.T) {
@@ -252,7 +277,7 @@ func TestBench_Usage(t *testing.T) {
 		{"a duration without its unit", []string{"--duration", "10"}, "writerd bench: --duration takes a duration such as 10s"},
 		{"a duration at zero", []string{"--duration", "0s"}, "writerd bench: --duration takes a positive duration such as 10s"},
 		{"a tool that does not write", []string{"--tool", "list_projects"}, "writerd bench: --tool takes create_project, create_record or update_record"},
-		{"an unknown target", []string{"--target", "grpc"}, "writerd bench: --target takes inproc, api, mcp or stdio"},
+		{"an unknown target", []string{"--target", "grpc"}, "writerd bench: --target takes inproc, api, mcp, stdio or upstream"},
 		{"an unknown format", []string{"-o", "yaml"}, "writerd bench: -o takes table or json"},
 		{"a relative data directory", []string{"--data", "store"}, "writerd bench: --data takes an absolute path, such as /var/lib/writerd or ~/writerd, not a relative one"},
 		{"a server in process", []string{"--server", "http://127.0.0.1:7070"}, "writerd bench: --server is for --target api or mcp; inproc runs the pipeline in this process"},
@@ -269,6 +294,11 @@ func TestBench_Usage(t *testing.T) {
 		{"a server for stdio", []string{"--target", "stdio", "--server", "http://127.0.0.1:7070"}, "writerd bench: --server is for --target api or mcp; --target stdio starts a server of its own"},
 		{"a token file for stdio", []string{"--target", "stdio", "--token-file", "/tmp/token"}, "writerd bench: --token-file is for --target api or mcp; stdio needs no token"},
 		{"a data directory for stdio", []string{"--target", "stdio", "--data", "/tmp/store"}, "writerd bench: --data is for --target inproc; --target stdio starts a server on a fresh data directory"},
+		{"a fake upstream elsewhere", []string{"--upstream-fake", "/tmp/fakeupstream"}, "writerd bench: --upstream-fake and --upstream-fsync are for --target upstream"},
+		{"a tool for the upstream", []string{"--target", "upstream", "--tool", "create_record"}, "writerd bench: --tool is for the other targets; --target upstream writes tickets to the fake upstream, and create_project beside them"},
+		{"a baseline for the upstream", []string{"--target", "upstream", "--baseline"}, "writerd bench: --target upstream always runs its baselines, the direct calls and create_project; --baseline is for the other targets"},
+		{"a data directory for the upstream", []string{"--target", "upstream", "--data", "/tmp/store"}, "writerd bench: --data and --store are for --target inproc; --target upstream writes on fresh data directories"},
+		{"a server for the upstream", []string{"--target", "upstream", "--server", "http://127.0.0.1:7070"}, "writerd bench: --server is for --target api or mcp; --target upstream runs writerd in this process"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := mustRun(t, append([]string{"bench"}, tt.args...)...)

@@ -26,6 +26,11 @@ var (
 func newHTTPClient(ep *Endpoint, dropped *atomic.Int64) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
+	// A connection kept for each call that may run at once (max_concurrent
+	// bounds them; the SDK's standalone stream holds one more): with
+	// net/http's default of 2 idle a host, calls beyond two each dial and
+	// close a connection of their own.
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = MaxConcurrentLimit+1, MaxConcurrentLimit+1
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if ep.CAFile != "" {
 		pem, err := os.ReadFile(ep.CAFile)

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,4 +93,63 @@ func TestHTTP_SessionReestablished(t *testing.T) {
 	w.mustTools(t)
 	w.mustUp(t, true)
 	textOf(t, c.Call(context.Background(), "echo", json.RawMessage(`{}`), nil))
+}
+
+// Ensure calls at once to a Streamable HTTP upstream keep their
+// connections between rounds: with net/http's default of two idle
+// connections a host, every call beyond two dialed and closed one of its
+// own (at 64 agents, half of writerd bench's upstream throughput).
+func TestHTTP_KeepsConnections(t *testing.T) {
+	const atOnce, rounds = 8, 6
+	var (
+		dialed  atomic.Int64
+		arrived = make(chan struct{}, atOnce)
+		release = make(chan struct{})
+	)
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.Write([]byte("ok"))
+	}))
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialed.Add(1)
+		}
+	}
+	ts.Start()
+	defer ts.Close()
+	var dropped atomic.Int64
+	hc, err := newHTTPClient(&Endpoint{URL: ts.URL}, &dropped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.CloseIdleConnections()
+	for range rounds {
+		var wg sync.WaitGroup
+		for range atOnce {
+			wg.Go(func() {
+				resp, err := hc.Get(ts.URL)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			})
+		}
+		for range atOnce { // every call of the round in flight at once
+			<-arrived
+		}
+		for range atOnce {
+			release <- struct{}{}
+		}
+		wg.Wait()
+	}
+	// Each round needs atOnce connections; the first dials them. A
+	// connection not yet back in the pool when the next round starts may
+	// be dialed again, hence the slack; two idle a host dialed 6 more a
+	// round, 38 in all.
+	if n := dialed.Load(); n > 2*atOnce {
+		t.Errorf("%d connections dialed for %d rounds of %d calls at once, want them kept (at most %d)", n, rounds, atOnce, 2*atOnce)
+	}
 }

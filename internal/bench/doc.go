@@ -19,7 +19,12 @@
 //     replicas of one store), through bench's own MCP client (ClientBench)
 //     or the SDK's (ClientSDK);
 //   - TargetStdio: one writerd serve --stdio that bench starts, every
-//     agent's calls on its one stdin, matched to their answers by id.
+//     agent's calls on its one stdin, matched to their answers by id;
+//   - TargetUpstream: writes to an upstream MCP server (the tests' fake,
+//     package upstreamtest, over Streamable HTTP) through a pipeline in
+//     process, against the same agents calling the fake directly with
+//     the SDK's client and writerd's own create_project, in the same run
+//     (upstream.go).
 //
 // What a run measures: writes a second; the latency of successful writes
 // (p50, p90, p99, max); failures by code; commits a second, writes per

@@ -55,7 +55,7 @@ func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bo
 		}()
 		store = scratch
 	}
-	run, err := b.runPipeline(ctx, "writerd", store, filepath.Join(dir, auditlog.LegacyKeyFile), rep)
+	run, err := b.runPipeline(ctx, "writerd", b.tool, store, filepath.Join(dir, auditlog.LegacyKeyFile), rep, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -69,15 +69,17 @@ func (b *bench) runInproc(ctx context.Context, dir, storeURL string, baseline bo
 	return rep, nil
 }
 
-// runPipeline measures the pipeline's writes on the store, as the run
-// named name.
-func (b *bench) runPipeline(ctx context.Context, name string, store daemon.StoreConfig, keyFile string, rep *Report) (*Result, error) {
-	s, err := openBenchPipeline(ctx, store, keyFile, b.version)
+// runPipeline measures the pipeline's writes of tool on the store, as the
+// run named name; with ups, the daemon serves those upstreams' tools too
+// (TargetUpstream), and with phases set (one agent) it times each write's
+// steps outside the store.
+func (b *bench) runPipeline(ctx context.Context, name, tool string, store daemon.StoreConfig, keyFile string, rep *Report, ups *upstreamRun) (*Result, error) {
+	s, err := openBenchPipeline(ctx, store, keyFile, b.version, ups)
 	if err != nil {
 		return nil, err
 	}
 	defer s.close()
-	w := newWorkload(b.tool, b.agents)
+	w := newWorkload(tool, b.agents)
 	c := &inprocCaller{p: s.d.Pipeline}
 	if err := setupAgents(ctx, w, c, b.agents); err != nil {
 		return nil, err
@@ -91,9 +93,11 @@ func (b *bench) runPipeline(ctx context.Context, name string, store daemon.Store
 	rep.StoreBytes = before.file
 	heap := sampleHeap()
 	cpu0, cpuOK := cpuTime()
-	run, err := drive(ctx, b.progress, name, b.agents, b.duration, func(a int, i int64) string {
-		return w.write(ctx, c, a, i)
-	})
+	write := func(a int, i int64) string { return w.write(ctx, c, a, i) }
+	if ups != nil && ups.phases != nil {
+		write = ups.phases.timed(write)
+	}
+	run, err := drive(ctx, b.progress, name, b.agents, b.duration, write)
 	cpu1, _ := cpuTime()
 	peak := heap()
 	if err != nil {
@@ -156,6 +160,9 @@ func (r *Result) setCommits(t tally) {
 	if t.commits > 0 {
 		r.WritesPerCommit = round(float64(t.writes)/float64(t.commits), 2)
 		r.CommitMillis = round(ms(t.time)/float64(t.commits), 3)
+	}
+	if r.Writes > 0 && t.writes > 0 {
+		r.TransactionsPerWrite = round(float64(t.writes)/float64(r.Writes), 2)
 	}
 }
 
@@ -232,14 +239,21 @@ type benchPipeline struct {
 	commits tallier
 }
 
-func openBenchPipeline(ctx context.Context, store daemon.StoreConfig, keyFile, version string) (*benchPipeline, error) {
+func openBenchPipeline(ctx context.Context, store daemon.StoreConfig, keyFile, version string, ups *upstreamRun) (*benchPipeline, error) {
 	s := &benchPipeline{}
-	d, err := daemon.Open(ctx, daemon.Config{
+	cfg := daemon.Config{
 		Store: store, KeyFile: keyFile,
 		Logger:   slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Version:  version,
 		OnCommit: s.commits.observe,
-	})
+	}
+	if ups != nil {
+		cfg.Upstreams = ups.config
+		if ups.phases != nil {
+			cfg.Failpoint = ups.phases.hit
+		}
+	}
+	d, err := daemon.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -95,6 +95,8 @@ func (w *workload) rest(a int, i int64) string {
 	case "create_record":
 		return fmt.Sprintf(`"project_id":"%s","title":"Reading %04d-%09d","body":"%s","fields":{"agent":"%04d","seq":"%09d","site":"north-3","ok":true}`,
 			w.project[a], a, i, text, a, i)
+	case upstreamExport, upstreamTool: // a ticket at the fake upstream, through writerd or directly
+		return fmt.Sprintf(`"title":"Bench %s %04d %09d","body":"%s","priority":"normal","labels":["bench","load-test"]`, w.run, a, i, text)
 	default: // update_record
 		return fmt.Sprintf(`"project_id":"%s","record_id":"%s","expected_revision":%d,"title":"Reading %04d-%09d","body":"%s","fields":{"agent":"%04d","seq":"%09d","site":"north-3","ok":true}`,
 			w.project[a], w.record[a], w.revision[a], a, i, text, a, i)
@@ -104,7 +106,7 @@ func (w *workload) rest(a int, i int64) string {
 // setup makes what agent a's writes need: a project for create_record, a
 // project and a record for update_record. Its writes are not measured.
 func (w *workload) setup(ctx context.Context, c caller, a int) error {
-	if w.tool == "create_project" {
+	if w.tool != "create_record" && w.tool != "update_record" {
 		return nil
 	}
 	var p struct {

@@ -31,6 +31,8 @@ type Report struct {
 	StoreBytes int64     `json:"store_bytes_before,omitempty"`
 	Writerd    *Result   `json:"writerd"`
 	Baselines  []*Result `json:"baselines,omitempty"`
+	// Upstream is --target upstream's comparison.
+	Upstream *UpstreamFigures `json:"upstream,omitempty"`
 }
 
 // Result is one run: writerd's, or a baseline's.
@@ -48,10 +50,15 @@ type Result struct {
 	// CommitMillis is the mean time of a commit: the writes run in its
 	// transaction and the fsync (writerd's group commit only).
 	CommitMillis float64 `json:"commit_ms,omitempty"`
-	CPU          *CPU    `json:"cpu,omitempty"`
-	Heap         *Memory `json:"heap_inuse_bytes,omitempty"`
-	RSS          *Memory `json:"resident_bytes,omitempty"` // a daemon's
-	Disk         *Disk   `json:"disk,omitempty"`
+	// TransactionsPerWrite is the write transactions committed per write
+	// counted (writerd's group commit only): 1 for a built-in write, 2 for
+	// a write to an upstream (its pending record, its completion), more
+	// with the collector's and the checkpointer's.
+	TransactionsPerWrite float64 `json:"transactions_per_write,omitempty"`
+	CPU                  *CPU    `json:"cpu,omitempty"`
+	Heap                 *Memory `json:"heap_inuse_bytes,omitempty"`
+	RSS                  *Memory `json:"resident_bytes,omitempty"` // a daemon's
+	Disk                 *Disk   `json:"disk,omitempty"`
 	// Ratio is writerd's against this run (on a baseline only).
 	Ratio *Ratio `json:"writerd_ratio,omitempty"`
 }
@@ -132,7 +139,8 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // writerd's against each baseline, then writerd's errors, CPU, memory and
 // disk.
 func (r *Report) WriteTable(w io.Writer) {
-	where := map[string]string{TargetInproc: "in process", TargetAPI: "over the direct API", TargetMCP: "over MCP Streamable HTTP", TargetStdio: "over MCP stdio"}[r.Target]
+	where := map[string]string{TargetInproc: "in process", TargetAPI: "over the direct API", TargetMCP: "over MCP Streamable HTTP", TargetStdio: "over MCP stdio",
+		TargetUpstream: "to the fake upstream over Streamable HTTP, in process"}[r.Target]
 	switch r.Client {
 	case ClientBench:
 		where += " (bench's client)"
@@ -193,7 +201,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if h := run.Heap; h != nil {
 		who := ""
-		if r.Target != TargetInproc {
+		if r.Target != TargetInproc && r.Target != TargetUpstream {
 			who = "the daemon's: "
 		}
 		lines = append(lines, [2]string{"heap in use", fmt.Sprintf("%s%s at the end, %s at the peak", who, mib(h.End), mib(h.Peak))})
@@ -215,6 +223,21 @@ func (r *Report) WriteTable(w io.Writer) {
 		if len(parts) > 0 {
 			lines = append(lines, [2]string{"by bucket", strings.Join(parts, ", ")})
 		}
+	}
+	if u := r.Upstream; u != nil {
+		lines = append(lines, [2]string{"upstream", fmt.Sprintf("p50 %s above the direct calls' (p99 %s); %s create_project's writes a second",
+			signedMillis(u.P50AboveDirect), signedMillis(u.P99AboveDirect), times(u.VsCreateProject))})
+		lines = append(lines, [2]string{"a write", fmt.Sprintf("%.2f transactions, %.2f commits (create_project: %.2f, %.2f)",
+			u.Transactions.Upstream, u.Commits.Upstream, u.Transactions.CreateProject, u.Commits.CreateProject)})
+		if st := u.Steps; st != nil {
+			lines = append(lines, [2]string{"steps (p50)", fmt.Sprintf("until the pending record is committed %s, the call %s, the completion %s",
+				millis(st.Pending), millis(st.Call), millis(st.Completion))})
+		}
+		fsync := "its ledger written without fsync (--upstream-fsync to flush it)"
+		if u.Fsync {
+			fsync = "its ledger fsynced before each answer, group-committed"
+		}
+		lines = append(lines, [2]string{"the fake", fsync})
 	}
 	if r.Store == "given" {
 		lines = append(lines, [2]string{"store", fmt.Sprintf("--data, %s before the run", mib(uint64(r.StoreBytes)))})
@@ -265,6 +288,14 @@ func millis(f float64) string {
 		return fmt.Sprintf("%.1f ms", f)
 	}
 	return thousands(f) + " ms"
+}
+
+// signedMillis writes a difference of latencies, its sign kept.
+func signedMillis(f float64) string {
+	if f < 0 {
+		return "-" + millis(-f)
+	}
+	return millis(f)
 }
 
 func micros(f float64) string { return thousands(f) + " µs" }

@@ -20,6 +20,10 @@ const (
 	// TargetStdio is MCP over stdio, to a writerd serve --stdio that bench
 	// starts: the running executable, which must be writerd.
 	TargetStdio = "stdio"
+	// TargetUpstream is writes to an upstream MCP server, the tests' fake,
+	// through a pipeline in this process, against the same calls made to
+	// the fake directly and writerd's own create_project (upstream.go).
+	TargetUpstream = "upstream"
 )
 
 // Tools are the writes bench can drive, the default first.
@@ -34,7 +38,7 @@ const MaxAgents = 4096
 // together, each refusal in the words of its flags; Run refuses only a
 // Config it cannot run at all.
 type Config struct {
-	Target   string        // TargetInproc, TargetAPI, TargetMCP or TargetStdio
+	Target   string        // TargetInproc, TargetAPI, TargetMCP, TargetStdio or TargetUpstream
 	Tool     string        // one of Tools
 	Agents   int           // how many agents write at once, 1 to MaxAgents
 	Duration time.Duration // how long each run lasts
@@ -59,6 +63,13 @@ type Config struct {
 	// Client (mcp) is the agents' MCP client: ClientBench or ClientSDK.
 	Client string
 
+	// UpstreamFake (upstream) is the fake upstream's binary; "" builds it
+	// from writerd's source tree with the Go toolchain, as the tests do
+	// (upstreamtest.BuildTo). UpstreamFsync has the fake fsync its ledger
+	// before each answer; without it, it answers without a disk flush.
+	UpstreamFake  string
+	UpstreamFsync bool
+
 	// Version is writerd's version: the daemon bench assembles in process
 	// logs it, and bench's MCP clients give it in their name.
 	Version string
@@ -71,7 +82,7 @@ type Config struct {
 // progress line a second to progress, and returns the report.
 func Run(ctx context.Context, cfg Config, progressTo io.Writer) (*Report, error) {
 	switch {
-	case !slices.Contains(Tools, cfg.Tool):
+	case cfg.Target != TargetUpstream && !slices.Contains(Tools, cfg.Tool):
 		return nil, fmt.Errorf("no write %q", cfg.Tool)
 	case cfg.Agents < 1 || cfg.Agents > MaxAgents:
 		return nil, fmt.Errorf("%d agents, not 1 to %d", cfg.Agents, MaxAgents)
@@ -92,6 +103,8 @@ func Run(ctx context.Context, cfg Config, progressTo io.Writer) (*Report, error)
 		return b.runInproc(ctx, cfg.Data, cfg.Store, cfg.Baseline)
 	case TargetStdio:
 		return b.runStdio(ctx, cfg.Baseline)
+	case TargetUpstream:
+		return b.runUpstream(ctx, cfg.UpstreamFake, cfg.UpstreamFsync)
 	case TargetAPI, TargetMCP:
 		return b.runRemote(ctx, cfg.Target, cfg.Servers, cfg.Token, cfg.Baseline)
 	}

@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/writerd/writerd/handlers/upstream/upstreamtest"
 )
 
 // Ensure Run in process writes, with no failure, and reports what the
@@ -59,6 +62,51 @@ func TestRun_Refusals(t *testing.T) {
 			var progress strings.Builder
 			if rep, err := Run(t.Context(), cfg, &progress); err == nil || rep != nil || progress.Len() != 0 {
 				t.Errorf("Run = %v, %v, progress %q; want a refusal and nothing run", rep, err, progress.String())
+			}
+		})
+	}
+}
+
+// Ensure --target upstream runs: writes to the fake upstream through
+// writerd, each its pending record and its completion (two transactions
+// a write), the direct calls and create_project beside it, and the
+// figures that compare them.
+func TestRun_Upstream(t *testing.T) {
+	bin := upstreamtest.Build(t)
+	for _, agents := range []int{1, 2} {
+		t.Run(fmt.Sprintf("agents=%d", agents), func(t *testing.T) {
+			var progress strings.Builder
+			rep, err := Run(t.Context(), Config{Target: TargetUpstream, Agents: agents, Duration: 300 * time.Millisecond, UpstreamFake: bin}, &progress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Baselines) != 2 || rep.Baselines[0].Name != BaselineDirect || rep.Baselines[1].Name != BaselineCreateProject {
+				t.Fatalf("baselines %+v: want direct and create_project", rep.Baselines)
+			}
+			for _, run := range append([]*Result{rep.Writerd}, rep.Baselines...) {
+				if run.Writes == 0 || len(run.Errors) != 0 || run.Latency == nil {
+					t.Errorf("%s: %d writes, errors %v: want writes and no error", run.Name, run.Writes, run.Errors)
+				}
+			}
+			u := rep.Upstream
+			switch {
+			case u == nil:
+				t.Fatal("no upstream figures")
+			case u.Transactions.Upstream < 2 || u.Transactions.CreateProject < 1 || u.Transactions.CreateProject >= 2:
+				t.Errorf("transactions a write %+v: want 2 or more to an upstream, 1 (and the background's) for create_project", u.Transactions)
+			case u.VsCreateProject <= 0:
+				t.Errorf("against create_project %v, want a ratio", u.VsCreateProject)
+			case agents == 1 && (u.Steps == nil || u.Steps.Pending <= 0 || u.Steps.Call <= 0 || u.Steps.Completion <= 0):
+				t.Errorf("steps %+v at one agent, want each timed", u.Steps)
+			case agents > 1 && u.Steps != nil:
+				t.Errorf("steps %+v at %d agents, want none (they are timed one write at a time)", u.Steps, agents)
+			}
+			var table strings.Builder
+			rep.WriteTable(&table)
+			for _, want := range []string{"tracker_create_ticket to the fake upstream", "direct", "create_project", "above the direct calls'"} {
+				if !strings.Contains(table.String(), want) {
+					t.Errorf("the table lacks %q:\n%s", want, table.String())
+				}
 			}
 		})
 	}

@@ -54,12 +54,18 @@ func (b *bench) runTransportBaselines(ctx context.Context, sdkServer bool) ([]*R
 // runInprocBaseline runs the pipeline in process, as --target inproc does,
 // on a fresh data directory.
 func (b *bench) runInprocBaseline(ctx context.Context) (*Result, error) {
+	return b.runInprocTool(ctx, BaselineInProcess, b.tool)
+}
+
+// runInprocTool runs the pipeline's writes of tool in process, as the
+// run named name, on a fresh data directory.
+func (b *bench) runInprocTool(ctx context.Context, name, tool string) (*Result, error) {
 	dir, err := os.MkdirTemp("", "writerd-bench-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	return b.runPipeline(ctx, BaselineInProcess, daemon.StoreConfig{Data: dir}, filepath.Join(dir, auditlog.LegacyKeyFile), &Report{})
+	return b.runPipeline(ctx, name, tool, daemon.StoreConfig{Data: dir}, filepath.Join(dir, auditlog.LegacyKeyFile), &Report{}, nil)
 }
 
 // sdkProjectArgs are the bare server's create_project arguments: the

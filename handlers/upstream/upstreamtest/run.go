@@ -73,6 +73,11 @@ type Options struct {
 	// 2026-07-28 over Streamable HTTP only so (a stateful fake
 	// negotiates 2025-11-25).
 	Stateless bool
+	// NoFsync: the ledger is written but not fsynced, so that an answer
+	// costs no disk flush (writerd bench's upstream target, measuring
+	// writerd rather than the fake's disk). A crash may then lose
+	// entries: never for the crash tests.
+	NoFsync bool
 }
 
 // StdioCommand is the argv that runs the fake bin over stdio (what
@@ -80,6 +85,9 @@ type Options struct {
 // set.
 func StdioCommand(bin string, opts Options) []string {
 	argv := []string{bin, "-stdio", "-ledger", opts.Ledger}
+	if opts.NoFsync {
+		argv = append(argv, "-no-fsync")
+	}
 	return append(argv, opts.Switches.Flags()...)
 }
 
@@ -92,6 +100,9 @@ func HTTPCommand(bin, addr string, opts Options) []string {
 	}
 	if opts.Stateless {
 		argv = append(argv, "-stateless")
+	}
+	if opts.NoFsync {
+		argv = append(argv, "-no-fsync")
 	}
 	return append(argv, opts.Switches.Flags()...)
 }
@@ -120,6 +131,16 @@ func StartHTTP(t testing.TB, opts Options) *Server {
 	}
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// Start starts the fake bin (BuildTo's) over Streamable HTTP on a
+// loopback port, outside a test (writerd bench); opts.Ledger must be set.
+// The caller ends it (Stop, Kill). Its stderr goes to LEDGER.stderr.
+func Start(bin string, opts Options) (*Server, error) {
+	if opts.Ledger == "" {
+		return nil, errors.New("upstreamtest: Start needs a ledger")
+	}
+	return startHTTP(bin, opts)
 }
 
 func startHTTP(bin string, opts Options) (*Server, error) {

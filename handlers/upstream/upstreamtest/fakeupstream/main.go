@@ -8,6 +8,9 @@
 //	fakeupstream -stdio -ledger FILE [switches]
 //	fakeupstream -http 127.0.0.1:0 -ledger FILE [switches]
 //
+// -no-fsync writes the ledger without fsyncing it, for writerd bench: an
+// answer then costs no disk flush (and a crash may lose entries).
+//
 // Over HTTP it prints "listening on HOST:PORT" (the MCP endpoint is
 // http://HOST:PORT/mcp) as its first line of stdout. Either way it serves
 // a loopback control endpoint (POST /reload: read LEDGER.control again,
@@ -89,6 +92,7 @@ func main() {
 		path      = flag.String("ledger", "", "the ledger file (its state and control files beside it)")
 		jsonResp  = flag.Bool("json-response", false, "HTTP: answer application/json, not an event stream")
 		stateless = flag.Bool("stateless", false, "HTTP: no sessions (the only way the SDK speaks protocol 2026-07-28 over HTTP)")
+		noFsync   = flag.Bool("no-fsync", false, "write the ledger without fsyncing it (writerd bench: a crash may lose entries)")
 	)
 	f := &fake{}
 	f.flags.Register(flag.CommandLine)
@@ -107,6 +111,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	l.noFsync = *noFsync
 	f.ledger = l
 	f.server = mcp.NewServer(&mcp.Implementation{Name: "fakeupstream", Version: "1.0.0"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
