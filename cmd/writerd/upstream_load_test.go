@@ -548,18 +548,24 @@ func TestUpstreamLoad_Replicas(t *testing.T) {
 	t.Cleanup(func() { a.cmd.Process.Signal(syscall.SIGCONT) })
 	owner := ownerOf(t, s, l, a)
 	f.delay(t, 3*time.Second)
+	// A moment it also holds a claim in a transaction left open, if one
+	// comes within 100 tries: then the other waits for PostgreSQL to end
+	// that transaction, the promise's third term.
 	var held []string
+	claims := 0
+	time.Sleep(500 * time.Millisecond)
 	for try := 0; ; try++ {
-		time.Sleep(500 * time.Millisecond)
 		a.cmd.Process.Signal(syscall.SIGSTOP)
-		held = pendingOf(t, s, owner)
-		if len(held) > 0 {
+		time.Sleep(20 * time.Millisecond)
+		held, claims = pendingOf(t, s, owner), heldClaims(t, s.URL, "writerd-a")
+		if len(held) > 0 && (claims > 0 || try >= 100) {
 			break
 		}
 		a.cmd.Process.Signal(syscall.SIGCONT)
-		if try == 20 {
+		if try == 200 {
 			t.Fatal("writerd-a never held a pending record when stopped")
 		}
+		time.Sleep(time.Duration(try%7) * 3 * time.Millisecond)
 	}
 	stopped := time.Now()
 	incidents = append(incidents, stopped)
@@ -610,8 +616,8 @@ func TestUpstreamLoad_Replicas(t *testing.T) {
 	if worst := fig.all[len(fig.all)-1]; worst > bound {
 		t.Errorf("a key took %v to settle, beyond the lease, the sweep and the idle-in-transaction timeout (%v)", worst, bound)
 	}
-	t.Logf("%d kills, their pending records taken over in %s; a SIGSTOP holding %d pending records, taken over %v after it, %d of the woken replica's completions fenced off (IDEMPOTENCY_KEY_IN_USE); %d keys, %d taken over; settled %s; those pending at a kill or the stop, from it: %s (bound %v); answers: %s",
-		rounds, quantiles(kills, "kills"), len(held), takenOver.Round(time.Millisecond), fenced, len(fig.all), fig.takenOver, quantiles(fig.all, "keys"), quantiles(fig.affected, "keys"), bound, l.counts())
+	t.Logf("%d kills, their pending records taken over in %s; a SIGSTOP holding %d pending records and %d claims, taken over %v after it, %d of the woken replica's completions fenced off (IDEMPOTENCY_KEY_IN_USE); %d keys, %d taken over; settled %s; those pending at a kill or the stop, from it: %s (bound %v); answers: %s",
+		rounds, quantiles(kills, "kills"), len(held), claims, takenOver.Round(time.Millisecond), fenced, len(fig.all), fig.takenOver, quantiles(fig.all, "keys"), quantiles(fig.affected, "keys"), bound, l.counts())
 }
 
 // Ensure a pending record whose replica died right after committing it
