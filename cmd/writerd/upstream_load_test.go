@@ -38,13 +38,13 @@ import (
 	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
-// The lease and sweep of the trials' daemons (the test build's
-// WRITERD_TEST_LEASE and WRITERD_TEST_SWEEP), and PostgreSQL's
+// The lease of the trials' daemons (the test build's WRITERD_TEST_LEASE),
+// their sweep (every quarter of the lease), and PostgreSQL's
 // idle-in-transaction timeout, writerd's default: the promise is that a
 // key whose owner died or stalled is settled within their sum.
 const (
 	loadLease = 2 * time.Second
-	loadSweep = 500 * time.Millisecond
+	loadSweep = loadLease / 4
 	loadIdle  = 10 * time.Second
 	// loadDelay is how long the fake takes to answer under load, so that
 	// a kill finds pending records.
@@ -118,7 +118,7 @@ func (f *httpFake) delay(t *testing.T, d time.Duration) {
 func startLoadDaemon(t *testing.T, s testStore, f *httpFake, tokens string) *httpDaemon {
 	t.Helper()
 	return MustStartHTTP(t, httpConfig{bin: testBinary, store: s, tokens: tokens, env: []string{
-		"WRITERD_TEST_LEASE=" + loadLease.String(), "WRITERD_TEST_SWEEP=" + loadSweep.String(),
+		"WRITERD_TEST_LEASE=" + loadLease.String(),
 	}, args: []string{"--upstreams", f.file}})
 }
 
@@ -630,7 +630,7 @@ func TestUpstreamLoad_TakeoverWhileRetried(t *testing.T) {
 	s, tok := mustReplicaStore(t)
 	f := startHTTPFake(t)
 	a := MustStartHTTP(t, httpConfig{bin: testBinary, store: s.named("writerd-a"), tokens: tok.file, env: []string{
-		"WRITERD_TEST_LEASE=" + loadLease.String(), "WRITERD_TEST_SWEEP=" + loadSweep.String(),
+		"WRITERD_TEST_LEASE=" + loadLease.String(),
 		"WRITERD_TEST_FAILPOINT=" + pipeline.FailpointPending,
 	}, args: []string{"--upstreams", f.file}})
 	b := startLoadDaemon(t, s.named("writerd-b"), f, tok.file)
