@@ -454,7 +454,7 @@ func (p *Pipeline[D]) Takeover(ctx context.Context, all bool) (int, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		ok, err := p.takeOver(ctx, r)
+		ok, err := p.takeOver(ctx, r, all)
 		if err != nil {
 			return n, err
 		}
@@ -466,9 +466,10 @@ func (p *Pipeline[D]) Takeover(ctx context.Context, all bool) (int, error) {
 }
 
 // takeOver takes one pending record over and settles it. It skips a
-// record this process is driving (it holds the key) or whose fence
-// moved since it was read.
-func (p *Pipeline[D]) takeOver(ctx context.Context, old *idempotency.Record) (bool, error) {
+// record this process is driving (it holds the key), whose fence moved
+// since it was read, or, unless all, whose owner renewed its lease
+// meanwhile (the sweep read it before re-driving others).
+func (p *Pipeline[D]) takeOver(ctx context.Context, old *idempotency.Record, all bool) (bool, error) {
 	release, err := p.locks.Acquire(ctx, old.Principal, old.Key, 0)
 	if err != nil {
 		return false, nil // this process is driving it
@@ -501,10 +502,10 @@ func (p *Pipeline[D]) takeOver(ctx context.Context, old *idempotency.Record) (bo
 		if err != nil {
 			return err
 		}
-		if !cur.Fenced(old.Owner, old.Attempt) {
+		now := p.now()
+		if !cur.Fenced(old.Owner, old.Attempt) || !all && now.Before(cur.LeaseUntil) {
 			return errFenced
 		}
-		now := p.now()
 		*mine = *cur
 		mine.Owner, mine.Attempt, mine.LeaseUntil = p.owner, cur.Attempt+1, now.Add(p.cfg.Lease)
 		if redrive {

@@ -44,6 +44,7 @@ type httpConfig struct {
 	dir    string    // data directory, without store; a new one if empty
 	tokens string    // tokens file; a new empty one if empty
 	args   []string  // extra flags
+	env    []string  // extra environment
 	// damaged: the store is damaged on purpose, and the test's end does
 	// not check it.
 	damaged bool
@@ -63,7 +64,7 @@ func MustStartHTTP(t testing.TB, c httpConfig) *httpDaemon {
 	store := c.store.orDir(t, c.dir)
 	d := &httpDaemon{t: t, dir: store.Dir, store: store, tokens: c.tokens, stderr: new(logtest.Buffer)}
 	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--addr", "127.0.0.1:0", "--tokens", c.tokens}, d.store.serveFlags()...), c.args...)...)
-	d.cmd.Env = d.store.env(t)
+	d.cmd.Env = append(d.store.env(t), c.env...)
 	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
