@@ -86,6 +86,8 @@ type daemonConfig struct {
 	dir   string    // data directory, without store; a new temporary one if empty
 	env   []string  // extra environment
 	args  []string  // extra flags
+	// client, if set, are the options of the SDK's client
+	client *sdk.ClientOptions
 }
 
 // testStore is the store the daemons of an end-to-end test run on: the
@@ -184,7 +186,7 @@ func mustStartWith(t testing.TB, c daemonConfig) *stdioDaemon {
 	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--stdio"}, d.store.serveFlags()...), c.args...)...)
 	d.cmd.Env = append(d.store.env(t), c.env...)
 	d.cmd.Stderr = d.stderr
-	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-e2e", Version: "1"}, nil)
+	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-e2e", Version: "1"}, c.client)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var err error

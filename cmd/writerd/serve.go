@@ -89,9 +89,10 @@ POST /v1/tools/{tool} (the key in an Idempotency-Key header), Prometheus
 metrics at /metrics, and /healthz and /readyz. /mcp and /v1 need a bearer
 token from the --tokens file (writerd token new); without one, serve
 refuses to start unless --insecure-no-auth is given on a loopback address.
-SIGHUP reloads the tokens file; SIGINT or SIGTERM stops accepting, lets
-requests in flight finish and closes the store; a second signal exits at
-once.
+SIGHUP reloads the tokens file and the --upstreams file (a file that fails
+to load leaves the one loaded before in force); SIGINT or SIGTERM stops
+accepting, lets requests in flight finish and closes the store; a second
+signal exits at once.
 
 With --stdio, MCP runs on stdin and stdout (stdout carries nothing else)
 for the client that started the process; with --addr as well, the same
@@ -403,6 +404,9 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	defer cancel()
 	var background sync.WaitGroup
 	background.Go(func() { d.Run(ctx) })
+	if c.upstreams != "" {
+		background.Go(reloadUpstreamsOnHangup(ctx, log, d, c.upstreams))
+	}
 
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)
