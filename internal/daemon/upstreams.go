@@ -148,7 +148,7 @@ func (us *upstreams) start(ups []*upstream.Upstream) ([]*link, error) {
 		l.c = upstream.NewClient(u.Endpoint, upstream.ClientOptions{
 			Logger:  us.log,
 			OnTools: l.listed,
-			OnUp:    func(up bool) { us.m.Up(u.Name, up); us.setUp(l, up) },
+			OnUp:    func(up bool) { us.setUp(l, up) },
 		})
 		if err := l.c.Start(us.ctx); err != nil {
 			for _, s := range links {
@@ -161,10 +161,18 @@ func (us *upstreams) start(ups []*upstream.Upstream) ([]*link, error) {
 	return links, nil
 }
 
+// setUp records whether l's session is up, unless l was removed (a
+// block changed has a new link of its name by then).
 func (us *upstreams) setUp(l *link, up bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	us.m.Up(l.u.Name, up)
 	us.mu.Lock()
-	defer us.mu.Unlock()
 	l.up = up
+	us.mu.Unlock()
 }
 
 // listed takes a listing of the upstream's tools: every listing, at each
@@ -325,6 +333,9 @@ func (us *upstreams) reload(cfg *upstream.Config) error {
 		}
 	}
 	removed = without(removed, changed)
+	for _, name := range removed {
+		us.m.Forget(name)
+	}
 	us.mu.Lock()
 	us.links = next
 	us.mu.Unlock()
