@@ -70,6 +70,13 @@ func CanonicalArgs(args []byte) (Args, error) {
 	return ParseArgs(args, nil)
 }
 
+// ParseValue is Canonical with a Visitor that sees every token first, and
+// may refuse it: the strict parse of any one JSON value.
+func ParseValue(v []byte, visit Visitor) ([]byte, error) {
+	out, _, err := run(v, false, visit, nil)
+	return out, err
+}
+
 // ParseArgs is CanonicalArgs with a Visitor that sees every token first,
 // and may refuse it: a strict parser's rules and a schema check run in the
 // same pass as the canonicalization.

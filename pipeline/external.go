@@ -247,6 +247,7 @@ func externalSchema(spec ExternalSpec) (json.RawMessage, error) {
 		return nil, errors.New(`the root is not of type "object"`)
 	}
 	s["type"] = "object"
+	closeObjects(s)
 	s["additionalProperties"] = false
 	props, _ := s["properties"].(map[string]any)
 	if props == nil {
@@ -280,6 +281,45 @@ func externalSchema(spec ExternalSpec) (json.RawMessage, error) {
 		s["required"] = required
 	}
 	return json.Marshal(s)
+}
+
+// closeObjects closes every object schema under s that names its
+// properties and says nothing of others (additionalProperties false), as
+// the strict parse closes writerd's own: a member the upstream's schema
+// does not name is refused, never passed on for the upstream to ignore
+// or misread. An object whose additionalProperties is a schema (a map)
+// stays open, to be bounded by the config's max_properties.
+func closeObjects(s map[string]any) {
+	if _, named := s["properties"]; named {
+		if _, said := s["additionalProperties"]; !said {
+			s["additionalProperties"] = false
+		}
+	}
+	for _, kw := range []string{"items", "additionalProperties", "not", "propertyNames", "contains", "if", "then", "else"} {
+		if sub, ok := s[kw].(map[string]any); ok {
+			closeObjects(sub)
+		}
+	}
+	for _, kw := range []string{"properties", "$defs", "definitions", "patternProperties"} {
+		if subs, ok := s[kw].(map[string]any); ok {
+			for _, sub := range subs {
+				if m, ok := sub.(map[string]any); ok {
+					closeObjects(m)
+				}
+			}
+		}
+	}
+	// Not allOf's: each of its schemas sees the whole object, and one
+	// closed on its own properties would refuse the others'.
+	for _, kw := range []string{"anyOf", "oneOf", "prefixItems"} {
+		if subs, ok := s[kw].([]any); ok {
+			for _, sub := range subs {
+				if m, ok := sub.(map[string]any); ok {
+					closeObjects(m)
+				}
+			}
+		}
+	}
 }
 
 // keySchema and confirmSchema are the members DefineExternal adds, as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -256,29 +257,61 @@ func boundIntegers(s *jsonschema.Schema) {
 }
 
 // checkBounded refuses a schema in which a string, array or open object has
-// no upper bound: the limits of stage 2 come from the schema.
+// no upper bound: the limits of stage 2 come from the schema. It reads
+// through local $refs (which compileSchema has already resolved, and found
+// acyclic) and names the subschema by its JSON Pointer into the schema.
 func checkBounded(at string, s map[string]any) error {
-	switch s["type"] {
-	case "string":
-		if _, ok := s["maxLength"]; !ok {
-			if _, ok := s["enum"]; !ok {
-				return fmt.Errorf("string %s has no maxLength", at)
+	return boundedNode(s, at, s, 0)
+}
+
+func boundedNode(root map[string]any, at string, s map[string]any, depth int) error {
+	if depth > maxSubschemas {
+		return fmt.Errorf("schema %s: nested too deep", cmpOr(at, "/"))
+	}
+	if ref, ok := s["$ref"].(string); ok {
+		ptr := strings.TrimPrefix(ref, "#")
+		target, _ := resolvePointer(any(root), ptr)
+		m, ok := target.(map[string]any)
+		if !ok {
+			return nil // a boolean: bounded or nothing
+		}
+		return boundedNode(root, ptr, m, depth+1)
+	}
+	types := map[string]bool{}
+	switch t := s["type"].(type) {
+	case string:
+		types[t] = true
+	case []any:
+		for _, x := range t {
+			if name, ok := x.(string); ok {
+				types[name] = true
 			}
 		}
-	case "array":
-		if _, ok := s["maxItems"]; !ok {
-			return fmt.Errorf("array %s has no maxItems", at)
+	}
+	if types["string"] {
+		if _, ok := s["maxLength"]; !ok {
+			if _, ok := s["enum"]; !ok {
+				if _, ok := s["const"]; !ok {
+					return fmt.Errorf("string %s has no maxLength", cmpOr(at, "/"))
+				}
+			}
 		}
-	case "object":
+	}
+	if types["array"] {
+		if _, ok := s["maxItems"]; !ok {
+			return fmt.Errorf("array %s has no maxItems", cmpOr(at, "/"))
+		}
+	}
+	if types["object"] {
 		if ap, ok := s["additionalProperties"]; !ok || ap != false {
 			if _, ok := s["maxProperties"]; !ok {
-				return fmt.Errorf("open object %s has no maxProperties", at)
+				return fmt.Errorf("open object %s has no maxProperties", cmpOr(at, "/"))
 			}
 		}
 	}
 	for _, kw := range []string{"items", "additionalProperties", "propertyNames"} {
 		if sub, ok := s[kw].(map[string]any); ok {
-			if err := checkBounded(at+"/"+kw, sub); err != nil {
+			if err := boundedNode(root, at+"/"+kw, sub, depth+1); err != nil {
 				return err
 			}
 		}
@@ -287,16 +320,16 @@ func checkBounded(at string, s map[string]any) error {
 		subs, _ := s[kw].([]any)
 		for i, sub := range subs {
 			if m, ok := sub.(map[string]any); ok {
-				if err := checkBounded(fmt.Sprintf("%s/%s/%d", at, kw, i), m); err != nil {
+				if err := boundedNode(root, fmt.Sprintf("%s/%s/%d", at, kw, i), m, depth+1); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	if props, ok := s["properties"].(map[string]any); ok {
-		for name, sub := range props {
-			if m, ok := sub.(map[string]any); ok {
-				if err := checkBounded(at+"/"+name, m); err != nil {
+		for _, name := range slices.Sorted(maps.Keys(props)) {
+			if m, ok := props[name].(map[string]any); ok {
+				if err := boundedNode(root, at+"/properties/"+escapePointer.Replace(name), m, depth+1); err != nil {
 					return err
 				}
 			}

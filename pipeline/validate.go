@@ -3,6 +3,7 @@ package pipeline
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/big"
@@ -17,10 +18,12 @@ import (
 )
 
 // schema is a tool's input schema compiled for the strict parse. It
-// enforces JSON Schema draft 2020-12 as santhosh-tekuri/jsonschema v6 does,
-// for the keywords writerd's schemas use, on the parse's tape of the
-// arguments; a differential fuzz test (validate_fuzz_test.go) holds the two
-// to the same verdict and the same code on every input.
+// enforces JSON Schema draft 2020-12 (or draft-07, where its keywords mean
+// the same) as santhosh-tekuri/jsonschema v6 does, for the keywords
+// writerd's and upstream servers' schemas use, local $refs resolved at
+// compile time, on the parse's tape of the arguments; a differential fuzz
+// test (validate_fuzz_test.go) holds the two to the same verdict and the
+// same code on every input.
 //
 // compileSchema refuses any keyword it does not enforce, so that a new
 // keyword in a generated schema is a start-up error, not a rule silently
@@ -89,7 +92,51 @@ var annotations = map[string]bool{
 	"format": true,
 }
 
-// compileSchema compiles a generated input schema.
+// The $schema values compileSchema accepts.
+const (
+	draft2020 = "https://json-schema.org/draft/2020-12/schema"
+	draft07   = "http://json-schema.org/draft-07/schema"
+)
+
+// errNotEnforced is a keyword the checker does not enforce.
+var errNotEnforced = errors.New("is not enforced by the strict parse")
+
+// maxSubschemas bounds the subschemas one schema compiles to, counting
+// each use of a $ref target: refs can share a target many times over.
+const maxSubschemas = 10000
+
+// compileError is a schema that does not compile: where, as a JSON
+// Pointer into the schema, and the keyword.
+type compileError struct {
+	at, kw string
+	err    error
+}
+
+func (e *compileError) Error() string {
+	at := cmpOr(e.at, "/")
+	switch {
+	case e.kw == "":
+		return fmt.Sprintf("schema %s: %v", at, e.err)
+	case errors.Is(e.err, errNotEnforced):
+		return fmt.Sprintf("schema %s: keyword %q %v", at, e.kw, e.err)
+	}
+	return fmt.Sprintf("schema %s: keyword %q: %v", at, e.kw, e.err)
+}
+
+func (e *compileError) Unwrap() error { return e.err }
+
+// compiler compiles one schema document: draft 2020-12, or draft-07 where
+// its keywords mean what they mean in 2020-12, with local $refs into the
+// root's $defs or definitions resolved at compile time.
+type compiler struct {
+	root      any
+	draft07   bool
+	resolving []string // the $ref targets being compiled, to refuse a cycle
+	nodes     int
+}
+
+// compileSchema compiles an input or output schema: a generated one, or an
+// upstream server's.
 func compileSchema(raw []byte) (*schema, error) {
 	var doc any
 	d := json.NewDecoder(strings.NewReader(string(raw)))
@@ -97,29 +144,139 @@ func compileSchema(raw []byte) (*schema, error) {
 	if err := d.Decode(&doc); err != nil {
 		return nil, err
 	}
+	if d.More() {
+		return nil, fmt.Errorf("schema: not one JSON value")
+	}
+	c := &compiler{root: doc}
 	if m, ok := doc.(map[string]any); ok {
-		if v, ok := m["$schema"]; ok && v != "https://json-schema.org/draft/2020-12/schema" {
-			return nil, fmt.Errorf("schema: $schema %v: only draft 2020-12 is enforced", v)
+		if v, ok := m["$schema"]; ok {
+			switch v {
+			case draft2020:
+			case draft07, draft07 + "#":
+				c.draft07 = true
+			default:
+				return nil, &compileError{kw: "$schema", err: fmt.Errorf("only drafts 2020-12 and 07 are enforced")}
+			}
+		}
+		// Every definition compiles, used or not.
+		for _, kw := range []string{"$defs", "definitions"} {
+			v, ok := m[kw]
+			if !ok {
+				continue
+			}
+			defs, ok := v.(map[string]any)
+			if !ok {
+				return nil, &compileError{kw: kw, err: fmt.Errorf("not an object")}
+			}
+			for _, name := range slices.Sorted(maps.Keys(defs)) {
+				if _, err := c.node("/"+kw+"/"+escapePointer.Replace(name), defs[name]); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
-	return compileNode("", doc)
+	return c.node("", doc)
 }
 
-func compileNode(at string, v any) (*schema, error) {
+func (c *compiler) node(at string, v any) (*schema, error) {
+	if c.nodes++; c.nodes > maxSubschemas {
+		return nil, &compileError{at: at, err: fmt.Errorf("more than %d subschemas (counting each use of a $ref)", maxSubschemas)}
+	}
 	s := &schema{minLength: -1, maxLength: -1, minItems: -1, maxItems: -1, minProps: -1, maxProps: -1}
 	switch v := v.(type) {
 	case bool:
 		s.never = !v
 		return s, nil
 	case map[string]any:
+		if ref, ok := v["$ref"]; ok {
+			return c.ref(at, v, ref)
+		}
 		for _, kw := range slices.Sorted(maps.Keys(v)) {
-			if err := s.compileKeyword(at, kw, v[kw]); err != nil {
-				return nil, fmt.Errorf("schema %s: %s: %w", cmpOr(at, "/"), kw, err)
+			if err := s.compileKeyword(c, at, kw, v[kw]); err != nil {
+				var ce *compileError
+				if errors.As(err, &ce) {
+					return nil, err
+				}
+				return nil, &compileError{at: at, kw: kw, err: err}
 			}
 		}
 		return s, nil
 	}
-	return nil, fmt.Errorf("schema %s: not an object or a boolean", cmpOr(at, "/"))
+	return nil, &compileError{at: at, err: fmt.Errorf("not an object or a boolean")}
+}
+
+// items compiles items: one schema. The array form (a tuple, draft-07)
+// is not enforced.
+func (c *compiler) items(at string, v any) (*schema, error) {
+	if _, ok := v.([]any); ok {
+		return nil, fmt.Errorf("array form (a tuple) is not enforced by the strict parse")
+	}
+	return c.node(at+"/items", v)
+}
+
+// ref compiles a schema that is a $ref: the target's schema, compiled where
+// it stands. Beside a $ref only annotations are allowed (draft-07 ignores
+// its siblings, 2020-12 applies them: refused, nothing means two things);
+// only refs into the root's $defs or definitions resolve; a recursive ref
+// is refused (the checker would need a bound besides the parse's depth for
+// refs that consume no nesting).
+func (c *compiler) ref(at string, m map[string]any, v any) (*schema, error) {
+	fail := func(format string, args ...any) error {
+		return &compileError{at: at, kw: "$ref", err: fmt.Errorf(format, args...)}
+	}
+	for _, kw := range slices.Sorted(maps.Keys(m)) {
+		switch {
+		case kw == "$ref", kw != "$schema" && kw != "$id" && annotations[kw]:
+		case at == "" && (kw == "$schema" || kw == "$id" || kw == "$defs" || kw == "definitions"):
+		default:
+			return nil, fail("sibling keyword %q is not allowed beside $ref", kw)
+		}
+	}
+	ref, ok := v.(string)
+	if !ok {
+		return nil, fail("not a string")
+	}
+	ptr, ok := strings.CutPrefix(ref, "#")
+	if !ok || strings.Contains(ptr, "%") ||
+		!strings.HasPrefix(ptr, "/$defs/") && !strings.HasPrefix(ptr, "/definitions/") {
+		return nil, fail("%q is not a local ref into #/$defs or #/definitions", ref)
+	}
+	if slices.Contains(c.resolving, ptr) {
+		return nil, fail("%q is recursive: recursive refs are not enforced by the strict parse", ref)
+	}
+	target, ok := resolvePointer(c.root, ptr)
+	if !ok {
+		return nil, fail("%q names nothing in the schema", ref)
+	}
+	c.resolving = append(c.resolving, ptr)
+	defer func() { c.resolving = c.resolving[:len(c.resolving)-1] }()
+	return c.node(ptr, target)
+}
+
+// resolvePointer finds the value a JSON Pointer names in doc.
+func resolvePointer(doc any, ptr string) (any, bool) {
+	if ptr == "" {
+		return doc, true
+	}
+	for seg := range strings.SplitSeq(ptr[1:], "/") {
+		seg = unescapePointer.Replace(seg)
+		switch v := doc.(type) {
+		case map[string]any:
+			var ok bool
+			if doc, ok = v[seg]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(v) || strconv.Itoa(i) != seg {
+				return nil, false
+			}
+			doc = v[i]
+		default:
+			return nil, false
+		}
+	}
+	return doc, true
 }
 
 func cmpOr(a, b string) string {
@@ -129,7 +286,7 @@ func cmpOr(a, b string) string {
 	return a
 }
 
-func (s *schema) compileKeyword(at, kw string, v any) error {
+func (s *schema) compileKeyword(c *compiler, at, kw string, v any) error {
 	var err error
 	switch kw {
 	case "type":
@@ -179,7 +336,7 @@ func (s *schema) compileKeyword(at, kw string, v any) error {
 	case "uniqueItems":
 		s.uniqueItems, _ = v.(bool)
 	case "items":
-		s.items, err = compileNode(at+"/items", v)
+		s.items, err = c.items(at, v)
 	case "minProperties":
 		s.minProps, err = count(v)
 	case "maxProperties":
@@ -200,7 +357,7 @@ func (s *schema) compileKeyword(at, kw string, v any) error {
 		}
 		s.properties = make(map[string]*schema, len(props))
 		for name, sub := range props {
-			if s.properties[name], err = compileNode(at+"/"+name, sub); err != nil {
+			if s.properties[name], err = c.node(at+"/properties/"+escapePointer.Replace(name), sub); err != nil {
 				return err
 			}
 		}
@@ -208,10 +365,10 @@ func (s *schema) compileKeyword(at, kw string, v any) error {
 		if b, ok := v.(bool); ok && !b {
 			s.closed = true
 		} else {
-			s.additional, err = compileNode(at+"/additionalProperties", v)
+			s.additional, err = c.node(at+"/additionalProperties", v)
 		}
 	case "propertyNames":
-		s.propertyNames, err = compileNode(at+"/propertyNames", v)
+		s.propertyNames, err = c.node(at+"/propertyNames", v)
 	case "allOf", "anyOf", "oneOf":
 		list, _ := v.([]any)
 		if len(list) == 0 {
@@ -219,7 +376,7 @@ func (s *schema) compileKeyword(at, kw string, v any) error {
 		}
 		subs := make([]*schema, len(list))
 		for i, sub := range list {
-			if subs[i], err = compileNode(fmt.Sprintf("%s/%s/%d", at, kw, i), sub); err != nil {
+			if subs[i], err = c.node(fmt.Sprintf("%s/%s/%d", at, kw, i), sub); err != nil {
 				return err
 			}
 		}
@@ -232,10 +389,28 @@ func (s *schema) compileKeyword(at, kw string, v any) error {
 			s.oneOf = subs
 		}
 	case "not":
-		s.not, err = compileNode(at+"/not", v)
+		s.not, err = c.node(at+"/not", v)
+	case "format":
+		if c.draft07 {
+			// Draft-07 asserts format (as the reference does); the
+			// checker does not.
+			return errNotEnforced
+		}
+	case "$schema", "$id":
+		if at != "" {
+			return fmt.Errorf("only at the root")
+		}
+		if _, ok := v.(string); !ok {
+			return fmt.Errorf("not a string")
+		}
+	case "$defs", "definitions":
+		// Compiled by compileSchema, at the root only.
+		if at != "" {
+			return fmt.Errorf("only at the root")
+		}
 	default:
 		if !annotations[kw] {
-			return fmt.Errorf("keyword not enforced by the strict parse")
+			return errNotEnforced
 		}
 	}
 	return err

@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/invopop/jsonschema"
 )
 
@@ -79,6 +81,9 @@ func diffTools(tb testing.TB) []*ToolInfo {
 	tb.Helper()
 	run := func(context.Context, *Op[any], *diffIn) (*fuzzOut, error) { return &fuzzOut{}, nil }
 	return []*ToolInfo{
+		rawTool(tb, "memory", memorySchema),
+		rawTool(tb, "refs", refSchema),
+		rawTool(tb, "defs", defsSchema),
 		MustDefine(Spec[any, diffIn, fuzzOut]{Name: "diff", Run: run}).ToolInfo,
 		MustDefine(Spec[any, fuzzIn, fuzzOut]{
 			Name: "fuzz",
@@ -162,6 +167,16 @@ var diffSeeds = []string{
 	"{\"idempotency_key\":\"k-00000001\",\"name\":\"\xff\"}",
 	`{"idempotency_key":"k-00000001","name":"a","count":-0,"big":0e-400}`,
 	`[]`, ``, `{`, `null`, `"x"`, `1`, `{"a":1,}`,
+	// memory, refs and defs: draft-07 and $refs.
+	`{"entities":[{"name":"a","entityType":"person","observations":["x"]}]}`,
+	`{"entities":[{"name":"a","entityType":"place","observations":["x","y","z"]}]}`,
+	`{"entities":[{"name":"abcdefghi","entityType":"p","observations":[]}]}`,
+	`{"entities":[{"name":"","entityType":"x","observations":["ABC"]}],"one":"b","odd":9}`,
+	`{"entities":[{"name":"a","entityType":"person"},{},{},{}],"odd":10}`,
+	`{"entities":[{"name":"a","entityType":"person","extra":1}],"one":""}`,
+	`{"entities":[],"odd":1.0,"one":"abcdefghi"}`,
+	`{"entities":{}}`,
+	`{"a":"abc","b":null,"n":1}`, `{"a":"abcd","b":"x","n":-1.5}`, `{"a":1,"b":2,"n":"x"}`, `{"b":"abcd"}`, `{"c":1}`,
 }
 
 // Ensure the schema checker and the reference validator agree on every
@@ -177,5 +192,33 @@ func FuzzCheckAgreesWithReference(f *testing.F) {
 	lim := Limits{MaxBytes: 4 << 10, MaxDepth: 5}
 	f.Fuzz(func(t *testing.T, which uint8, args []byte) {
 		agreeWithReference(t, tools[int(which)%len(tools)], args, lim)
+	})
+}
+
+// Ensure StrictJSON never panics, accepts an object exactly when the tool
+// parse's JSON rules do, and refuses every duplicate member.
+func FuzzStrictJSON(f *testing.F) {
+	tool := rawTool(f, "any", `{"type":"object","maxProperties":100000}`)
+	for _, s := range diffSeeds {
+		f.Add([]byte(s))
+	}
+	for _, s := range []string{`1`, `[{"a":1,"a":2}]`, `"\ud800"`, `[[[[[[]]]]]]`, `9007199254740992`, `{"a":{"b":1,"b":1}}`} {
+		f.Add([]byte(s))
+	}
+	lim := Limits{MaxBytes: 4 << 10, MaxDepth: 5}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := StrictJSON(b, lim)
+		if err == nil {
+			v := jsontext.Value(bytes.Clone(b))
+			if !v.IsValid(jsontext.AllowDuplicateNames(false)) {
+				t.Fatalf("StrictJSON accepted %q, not valid JSON without duplicates", b)
+			}
+		}
+		if len(bytes.TrimSpace(b)) > 0 && bytes.TrimSpace(b)[0] == '{' {
+			_, perr := tool.check(b, lim)
+			if (err == nil) != (perr == nil) {
+				t.Fatalf("%q: StrictJSON says %v, the tool parse %v", b, err, perr)
+			}
+		}
 	})
 }

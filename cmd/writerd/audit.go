@@ -115,9 +115,14 @@ func (c *AuditCommand) flags() *flagSet {
 
 // Run runs one audit command.
 func (c *AuditCommand) Run(ctx context.Context, args []string) error {
-	top := c.flags()
-	cmds := c.commands()
-	list := strings.Join(auditCommands, ", ")
+	return runGroup(ctx, "audit", c.flags(), c.Stdout, auditCommands, c.commands(), args)
+}
+
+// runGroup runs one command of a group of them (writerd audit, outcome,
+// …): the one args names first, or the usage of the group or of one of
+// its commands (help), or a one-sentence refusal naming the commands.
+func runGroup(ctx context.Context, group string, top *flagSet, stdout io.Writer, names []string, cmds map[string]command, args []string) error {
+	list := strings.Join(names, ", ")
 	if len(args) == 0 {
 		return top.fail("no command given: %s", list)
 	}
@@ -125,10 +130,10 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 	case "help", "-h", "-help", "--help":
 		switch {
 		case len(args) == 1:
-			top.printUsage(c.Stdout)
+			top.printUsage(stdout)
 			return flag.ErrHelp
 		case len(args) == 2 && cmds[args[1]] != nil:
-			cmds[args[1]].flags().printUsage(c.Stdout)
+			cmds[args[1]].flags().printUsage(stdout)
 			return flag.ErrHelp
 		}
 		return top.fail("help takes one of %s", list)
@@ -136,7 +141,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 	cmd := cmds[args[0]]
 	if cmd == nil {
 		if strings.HasPrefix(args[0], "-") {
-			return top.fail("the command comes first: writerd audit <command> [flags], a command of %s", list)
+			return top.fail("the command comes first: writerd %s <command> [flags], a command of %s", group, list)
 		}
 		return top.fail("unknown command %q: %s", args[0], list)
 	}

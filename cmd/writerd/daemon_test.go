@@ -86,6 +86,9 @@ type daemonConfig struct {
 	dir   string    // data directory, without store; a new temporary one if empty
 	env   []string  // extra environment
 	args  []string  // extra flags
+	// connect bounds the wait for the daemon to answer initialize
+	// (default 30 s): longer where it waits for an upstream at start.
+	connect time.Duration
 	// client, if set, are the options of the SDK's client
 	client *sdk.ClientOptions
 }
@@ -187,7 +190,10 @@ func mustStartWith(t testing.TB, c daemonConfig) *stdioDaemon {
 	d.cmd.Env = append(d.store.env(t), c.env...)
 	d.cmd.Stderr = d.stderr
 	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-e2e", Version: "1"}, c.client)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if c.connect == 0 {
+		c.connect = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.connect)
 	defer cancel()
 	var err error
 	d.session, err = client.Connect(ctx, &sdk.LoggingTransport{

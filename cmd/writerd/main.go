@@ -34,15 +34,16 @@ type command interface {
 // commands returns the subcommands, wired to the process's streams.
 func commands(stdin io.ReadCloser, stdout, stderr io.Writer) map[string]command {
 	cmds := map[string]command{
-		"serve":   &ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr},
-		"check":   &CheckCommand{Stdout: stdout, Stderr: stderr},
-		"backup":  &BackupCommand{Stdout: stdout, Stderr: stderr},
-		"restore": &RestoreCommand{Stdout: stdout, Stderr: stderr},
-		"token":   &TokenCommand{Stdout: stdout, Stderr: stderr},
-		"audit":   &AuditCommand{Stdout: stdout, Stderr: stderr},
-		"outcome": &OutcomeCommand{Stdout: stdout, Stderr: stderr},
-		"bench":   &BenchCommand{Stdout: stdout, Stderr: stderr},
-		"version": &VersionCommand{Stdout: stdout, Stderr: stderr},
+		"serve":    &ServeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr},
+		"check":    &CheckCommand{Stdout: stdout, Stderr: stderr},
+		"backup":   &BackupCommand{Stdout: stdout, Stderr: stderr},
+		"restore":  &RestoreCommand{Stdout: stdout, Stderr: stderr},
+		"token":    &TokenCommand{Stdout: stdout, Stderr: stderr},
+		"audit":    &AuditCommand{Stdout: stdout, Stderr: stderr},
+		"outcome":  &OutcomeCommand{Stdout: stdout, Stderr: stderr},
+		"upstream": &UpstreamCommand{Stdout: stdout, Stderr: stderr},
+		"bench":    &BenchCommand{Stdout: stdout, Stderr: stderr},
+		"version":  &VersionCommand{Stdout: stdout, Stderr: stderr},
 	}
 	maps.Copy(cmds, devCommands(stdout, stderr))
 	return cmds
@@ -133,6 +134,7 @@ Commands:
 	token     make, list and revoke the bearer tokens of the HTTP transports
 	audit     list, show, verify and export the audit log: writerd help audit
 	outcome   list the writes to upstreams of unknown outcome, and resolve them
+	upstream  inspect an upstream MCP server: its tools' pins and blocks to review
 	bench     drive writes at a chosen concurrency and report what they cost
 	version   print the version (also: writerd --version)
 	help      print a command's usage and flags: writerd help serve, writerd help audit verify

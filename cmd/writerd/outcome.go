@@ -84,32 +84,7 @@ func (c *OutcomeCommand) flags() *flagSet {
 
 // Run runs one outcome command.
 func (c *OutcomeCommand) Run(ctx context.Context, args []string) error {
-	top := c.flags()
-	cmds := c.commands()
-	list := strings.Join(outcomeCommands, ", ")
-	if len(args) == 0 {
-		return top.fail("no command given: %s", list)
-	}
-	switch args[0] {
-	case "help", "-h", "-help", "--help":
-		switch {
-		case len(args) == 1:
-			top.printUsage(c.Stdout)
-			return flag.ErrHelp
-		case len(args) == 2 && cmds[args[1]] != nil:
-			cmds[args[1]].flags().printUsage(c.Stdout)
-			return flag.ErrHelp
-		}
-		return top.fail("help takes one of %s", list)
-	}
-	cmd := cmds[args[0]]
-	if cmd == nil {
-		if strings.HasPrefix(args[0], "-") {
-			return top.fail("the command comes first: writerd outcome <command> [flags], a command of %s", list)
-		}
-		return top.fail("unknown command %q: %s", args[0], list)
-	}
-	return cmd.Run(ctx, args[1:])
+	return runGroup(ctx, "outcome", c.flags(), c.Stdout, outcomeCommands, c.commands(), args)
 }
 
 // outcomeEnv are the flags of the outcome commands that may come from the

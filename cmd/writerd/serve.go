@@ -31,12 +31,15 @@ import (
 )
 
 // Hooks for the writerd_testtools build (testtools.go), which the end-to-end
-// tests use to make a handler panic or a save fail, or the process die at
-// a failpoint of a write outside the store; nil in a release build.
+// tests use to make a handler panic or a save fail, the process die at
+// a failpoint of a write outside the store, or a pending write's lease
+// short enough for a crash trial on PostgreSQL; nil or zero (the
+// default lease) in a release build.
 var (
 	extraTools  func() []*pipeline.Tool[handlers.Store]
 	wrapStorage func(pipeline.Storage[handlers.Store]) pipeline.Storage[handlers.Store]
 	failpoint   func(name string)
+	testLease   time.Duration
 )
 
 // ServeCommand serves the tools.
@@ -49,6 +52,7 @@ type ServeCommand struct {
 	tokensFile string
 	upstreams  string // the upstreams file, --upstreams
 	upCfg      *upstream.Config
+	upWait     time.Duration
 	insecure   bool
 	maxBody    int64
 	store      storeFlags
@@ -185,6 +189,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.StringVar(&c.addr, "addr", "", "serve HTTP on this `address` (default "+defaultAddr+" without --stdio; none with it)")
 	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file` HTTP callers authenticate against (writerd token new makes it)")
 	fs.StringVar(&c.upstreams, "upstreams", "", "the `file` of upstream MCP servers whose tools writerd serves (docs/UPSTREAMS.md)")
+	fs.DurationVar(&c.upWait, "upstream-wait", daemon.DefaultUpstreamWait, "how long to wait at start for each upstream to list its tools")
 	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "serve HTTP without tokens, every caller as --principal with every scope; loopback addresses only")
 	fs.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "the largest HTTP request body, in `bytes`")
 	fs.StringVar(&c.publicURL, "public-url", "", "the `URL` browsers reach this daemon at through a proxy; https makes the console's cookie Secure over a loopback --addr too")
@@ -343,13 +348,14 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		CheckpointEvery: c.cpEvery, CheckpointInterval: c.cpInterval,
 		Witnesses: c.witnesses, WitnessQuorum: c.witnessQuorum,
 		Logger: log, Version: version(),
-		Upstreams: c.upCfg,
+		Upstreams: c.upCfg, UpstreamWait: c.upWait,
 	}
 	if extraTools != nil {
 		cfg.Tools = extraTools()
 	}
 	cfg.Failpoint = failpoint
 	cfg.Wrap = wrapStorage
+	cfg.Lease = testLease
 
 	// Bind before the store opens: a port in use is refused before
 	// start-up has made anything (the data directory, writerd.db, a new

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
@@ -32,6 +33,12 @@ const TestFaultEnv = "WRITERD_TEST_FAULT"
 // FailpointAnswered, FailpointCompleting): no shutdown, no last fsync,
 // as a crash there would.
 const TestFailpointEnv = "WRITERD_TEST_FAILPOINT"
+
+// TestLeaseEnv gives a pending write's lease (a Go duration, such as
+// "2s"); the takeover sweep runs every quarter of it. A crash trial on
+// PostgreSQL, where a pending record is taken over only past its lease,
+// settles in seconds with it instead of a minute.
+const TestLeaseEnv = "WRITERD_TEST_LEASE"
 
 // fileSizeLimit is the cap of the "file-size-limit" fault: room for the
 // new database and a few dozen writes.
@@ -67,6 +74,13 @@ func init() {
 				select {} // SIGKILL is not handled: nothing runs after it
 			}
 		}
+	}
+	if v := os.Getenv(TestLeaseEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			panic(fmt.Sprintf("%s=%q: want a positive duration", TestLeaseEnv, v))
+		}
+		testLease = d
 	}
 	extraTools = func() []*pipeline.Tool[handlers.Store] {
 		return []*pipeline.Tool[handlers.Store]{

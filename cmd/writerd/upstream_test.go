@@ -99,6 +99,7 @@ func (f *fakeUpstream) entries(t *testing.T) []upstreamtest.Entry {
 // one audit event naming the upstream; and that the secret the file names
 // by reference is in no log line (debug included), frame or event.
 func TestUpstream_ServeStdio(t *testing.T) {
+	t.Parallel() // its own processes and directories; mostly waiting on them
 	f := newFakeUpstream(t, upstreamtest.Switches{Keys: "argument", KeyArg: "request_key"})
 	d := mustStartWith(t, daemonConfig{
 		args: []string{"--upstreams", f.file(t, "keys = \"argument\"\nkey_argument = \"request_key\""), "--log-level", "debug"},
@@ -172,6 +173,7 @@ func TestUpstream_ServeStdio(t *testing.T) {
 // takes no keys, is one unknown outcome: the retry never runs, and
 // get_write_outcome says unknown with the write's audit event.
 func TestUpstream_UnknownOverStdio(t *testing.T) {
+	t.Parallel() // its own processes and directories; mostly waiting on them
 	f := newFakeUpstream(t, upstreamtest.Switches{Drop: true, Tools: []string{"create_ticket"}})
 	d := mustStartWith(t, daemonConfig{
 		args: []string{"--upstreams", f.file(t, "")},

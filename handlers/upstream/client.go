@@ -70,7 +70,8 @@ type Client struct {
 	done   chan struct{}
 
 	backoff backoff
-	dropped atomic.Int64 // notifications/cancelled dropped, for tests
+	lost    chan struct{} // a call's HTTP connection was lost: set the session up again
+	dropped atomic.Int64  // notifications/cancelled dropped, for tests
 }
 
 // NewClient makes a Client for ep; Start connects it.
@@ -92,6 +93,7 @@ func NewClient(ep Endpoint, opts ClientOptions) *Client {
 		opts:    opts,
 		log:     opts.Logger.With("upstream", ep.Name),
 		backoff: defaultBackoff,
+		lost:    make(chan struct{}, 1),
 	}
 }
 
@@ -243,6 +245,12 @@ func (c *Client) call(ctx context.Context, tool string, args json.RawMessage, me
 	case ctx.Err() != nil:
 		return &Answer{End: EndLost, Cause: errStopped}
 	default:
+		if c.http != nil {
+			select {
+			case c.lost <- struct{}{}:
+			default:
+			}
+		}
 		return &Answer{End: EndLost, Cause: err}
 	}
 }

@@ -240,7 +240,12 @@ func waitAnswered(t testing.TB, c *Client) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		a := c.Call(context.Background(), "echo", json.RawMessage(`{}`), nil)
+		// Each echo is bounded on its own: one sent on the session that is
+		// being torn down may never be answered, and the next one, on the
+		// session set up again, is.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		a := c.Call(ctx, "echo", json.RawMessage(`{}`), nil)
+		cancel()
 		if a.End == EndAnswered {
 			return
 		}

@@ -29,6 +29,7 @@ const (
 
 var (
 	errSessionEnded = errors.New("upstream: the session ended")
+	errSessionLost  = errors.New("upstream: a call's connection was lost; the session is set up again")
 	errChildExited  = errors.New("upstream: the child exited")
 	errCursorLoop   = errors.New("upstream: tools/list repeated a cursor")
 	errTooManyPages = errors.New("upstream: tools/list has too many pages")
@@ -139,6 +140,10 @@ func (c *Client) session(ctx context.Context) (time.Duration, error) {
 	if err := c.listTools(ctx, cs, w); err != nil {
 		return 0, err
 	}
+	select {
+	case <-c.lost: // a loss on the session before this one
+	default:
+	}
 	c.mu.Lock()
 	c.sess, c.wire = cs, w
 	c.mu.Unlock()
@@ -162,6 +167,11 @@ func (c *Client) session(ctx context.Context) (time.Duration, error) {
 			return time.Since(upAt), errSessionEnded
 		case <-exited:
 			return time.Since(upAt), errChildExited
+		case <-c.lost:
+			// A call's connection broke after its request left: the
+			// session's streams may be broken with it, unseen by the
+			// SDK, so it is set up again rather than trusted.
+			return time.Since(upAt), errSessionLost
 		case <-relist:
 			if err := c.listTools(ctx, cs, w); err != nil {
 				return time.Since(upAt), err

@@ -133,6 +133,20 @@ func newExternalEnv(t *testing.T, b Backend, u *upstream) *Env {
 	return New(t, b, Options{Tools: []*pipeline.Tool[handlers.Store]{externalTool(t, u, false), externalTool(t, u, true)}})
 }
 
+// heldWithOther is an env whose stand-in holds every sending until
+// u.hold is closed, and another process on its store: a replica where
+// the backend has them, else a second pipeline.
+func heldWithOther(t *testing.T, b Backend) (*upstream, *Env, *pipeline.Pipeline[handlers.Store]) {
+	u := newUpstream()
+	u.hold = make(chan struct{})
+	e := newExternalEnv(t, b, u)
+	other := e.Replica()
+	if other == nil {
+		other = e.Pipeline()
+	}
+	return u, e, other
+}
+
 func extArgs(key, title string) string {
 	return fmt.Sprintf(`{"idempotency_key":%q,"title":%q}`, key, title)
 }
@@ -391,13 +405,7 @@ func testExternalCallerGone(t *testing.T, b Backend) {
 // waits, then answers IDEMPOTENCY_KEY_IN_USE with same_key and sends
 // nothing; and that it sees the outcome running.
 func testExternalPendingRetry(t *testing.T, b Backend) {
-	u := newUpstream()
-	u.hold = make(chan struct{})
-	e := newExternalEnv(t, b, u)
-	other := e.Replica()
-	if other == nil {
-		other = e.Pipeline()
-	}
+	u, e, other := heldWithOther(t, b)
 	done := make(chan *pipeline.Result, 1)
 	go func() { done <- e.Call(Caller, "ext_create", extArgs("ext-key-0010", "ten")) }()
 	u.waitEntered(t, done)
@@ -426,13 +434,7 @@ func testExternalPendingRetry(t *testing.T, b Backend) {
 // stored arguments and the same upstream key; the former owner's
 // completion then writes nothing; a record whose lease holds is left.
 func testExternalTakeover(t *testing.T, b Backend) {
-	u := newUpstream()
-	u.hold = make(chan struct{})
-	e := newExternalEnv(t, b, u)
-	other := e.Replica()
-	if other == nil {
-		other = e.Pipeline()
-	}
+	u, e, other := heldWithOther(t, b)
 	done := make(chan *pipeline.Result, 2)
 	go func() { done <- e.Call(Caller, "ext_create", extArgs("ext-key-0011", "eleven")) }()
 	go func() { done <- e.Call(Caller, "ext_create_idem", extArgs("ext-key-0012", "twelve")) }()
