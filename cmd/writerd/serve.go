@@ -189,7 +189,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.StringVar(&c.addr, "addr", "", "serve HTTP on this `address` (default "+defaultAddr+" without --stdio; none with it)")
 	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file` HTTP callers authenticate against (writerd token new makes it)")
 	fs.StringVar(&c.upstreams, "upstreams", "", "the `file` of upstream MCP servers whose tools writerd serves (docs/UPSTREAMS.md)")
-	fs.DurationVar(&c.upWait, "upstream-wait", daemon.DefaultUpstreamWait, "how long to wait at start for each upstream to list its tools")
+	fs.DurationVar(&c.upWait, "upstream-wait", daemon.DefaultUpstreamWait, "how long to wait at start for the upstreams to list their tools (one that lists later is served then)")
 	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "serve HTTP without tokens, every caller as --principal with every scope; loopback addresses only")
 	fs.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "the largest HTTP request body, in `bytes`")
 	fs.StringVar(&c.publicURL, "public-url", "", "the `URL` browsers reach this daemon at through a proxy; https makes the console's cookie Secure over a loopback --addr too")
