@@ -50,7 +50,7 @@ const protocolNew = "2026-07-28"
 type fastPath struct {
 	handler  sdk.ToolHandler
 	log      *slog.Logger
-	tools    map[string]bool // the pipeline's, as registered on the server
+	tools    *liveTools // the pipeline's, as registered on the server
 	impl     *sdk.Implementation
 	implJSON []byte   // impl as json.Marshal encodes it
 	versions []string // the protocol versions served
@@ -106,7 +106,7 @@ func (f *fastPath) toolCall(params jsontext.Value) (name string, args []byte, me
 		}
 		return false
 	})
-	if !ok || !hasName || !f.tools[name] {
+	if !ok || !hasName || !f.tools.fast(name) {
 		return "", nil, nil, false
 	}
 	return name, args, meta, true

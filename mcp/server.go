@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"weak"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -57,24 +61,21 @@ func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 	srv := sdk.NewServer(impl, &sdk.ServerOptions{
 		Logger:                    slog.New(sdkLog{opts.Logger.Handler()}),
 		SupportedProtocolVersions: protocolsFrom(opts.MinProtocol),
-		// The tools never change while the server runs, so clients are
-		// told no list changes come (and none subscribes to them).
+		// The tools change while the server runs (an upstream's tool
+		// withdrawn or served again, docs/UPSTREAMS.md): sessions are
+		// told with notifications/tools/list_changed.
 		Capabilities: &sdk.ServerCapabilities{
 			Logging: &sdk.LoggingCapabilities{},
-			Tools:   &sdk.ToolCapabilities{ListChanged: false},
+			Tools:   &sdk.ToolCapabilities{ListChanged: true},
 		},
 	})
-	h := handler(p, opts.Caller)
-	tools := map[string]bool{}
-	infos := map[string]*pipeline.ToolInfo{}
-	for _, t := range p.Tools() {
-		infos[t.Name] = t
-		srv.AddTool(toolOf(t), h)
-		// A tool with parameters in headers (x-mcp-header) has them
-		// checked by the SDK.
-		tools[t.Name] = !bytes.Contains(t.InputSchema, []byte("x-mcp-header"))
+	lt := &liveTools{handler: handler(p, opts.Caller), srv: weak.Make(srv)}
+	lt.sync(p)
+	if w, ok := p.(toolsWatcher); ok {
+		stop := w.OnToolsChanged(func() { lt.sync(p) })
+		runtime.AddCleanup(srv, func(stop func()) { stop() }, stop)
 	}
-	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered, toolsByScope(opts.Caller, infos)}, opts.Middleware...)...)
+	srv.AddReceivingMiddleware(append([]sdk.Middleware{guard(opts.Logger), checkLogLevel, refuseUnoffered, toolsByScope(opts.Caller, lt)}, opts.Middleware...)...)
 	if !opts.DisableFastPath && len(opts.Middleware) == 0 {
 		versions := protocolsFrom(opts.MinProtocol)
 		if versions == nil {
@@ -84,10 +85,89 @@ func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 		if err != nil {
 			panic("mcp: cannot encode the server's implementation: " + err.Error())
 		}
-		registerFastPath(srv, &fastPath{handler: h, log: opts.Logger, tools: tools, impl: impl, implJSON: implJSON, versions: versions})
+		registerFastPath(srv, &fastPath{handler: lt.handler, log: opts.Logger, tools: lt, impl: impl, implJSON: implJSON, versions: versions})
 	}
 	return srv
 }
+
+// toolsWatcher is a pipeline.Service whose tools change while it runs
+// (*pipeline.Pipeline).
+type toolsWatcher interface {
+	OnToolsChanged(fn func()) (stop func())
+}
+
+// liveTools keeps a server's tools those of its pipeline: the SDK's set
+// (whose changes notify the sessions), and what the middleware and the
+// fast path know of them.
+type liveTools struct {
+	handler sdk.ToolHandler
+	srv     weak.Pointer[sdk.Server] // weak: the pipeline's callback must not keep the server
+	mu      sync.Mutex               // one sync at a time
+	cur     atomic.Pointer[toolSet]
+}
+
+// toolSet is the tools a server serves, by name.
+type toolSet struct {
+	infos map[string]*pipeline.ToolInfo
+	// fast: the fast path may answer its calls. A tool with parameters in
+	// headers (x-mcp-header) has them checked by the SDK.
+	fast map[string]bool
+}
+
+// sync makes the server's tools p's: a tool gone is removed, a tool
+// added or replaced is added, and the SDK tells the sessions.
+func (lt *liveTools) sync(p pipeline.Service) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	srv := lt.srv.Value()
+	if srv == nil {
+		return
+	}
+	old := lt.cur.Load()
+	next := &toolSet{infos: map[string]*pipeline.ToolInfo{}, fast: map[string]bool{}}
+	for _, t := range p.Tools() {
+		next.infos[t.Name] = t
+		next.fast[t.Name] = !bytes.Contains(t.InputSchema, []byte("x-mcp-header"))
+	}
+	var gone []string
+	if old != nil {
+		for name, t := range old.infos {
+			if next.infos[name] != t {
+				gone = append(gone, name)
+			}
+		}
+	}
+	// The fast path and the middleware forget a tool before the SDK
+	// does, and learn one after it: a call of a tool being removed is
+	// then the SDK's, which answers it as any unknown tool.
+	if len(gone) > 0 {
+		lt.cur.Store(&toolSet{infos: next.infos, fast: without(old.fast, gone)})
+		srv.RemoveTools(gone...)
+	}
+	for name, t := range next.infos {
+		if old == nil || old.infos[name] != t {
+			srv.AddTool(toolOf(t), lt.handler)
+		}
+	}
+	lt.cur.Store(next)
+}
+
+func without(m map[string]bool, names []string) map[string]bool {
+	c := make(map[string]bool, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	for _, n := range names {
+		delete(c, n)
+	}
+	return c
+}
+
+// fast reports whether the fast path may answer a call of the tool name.
+func (lt *liveTools) fast(name string) bool { return lt.cur.Load().fast[name] }
+
+// info returns the tool name's, or nil.
+func (lt *liveTools) info(name string) *pipeline.ToolInfo { return lt.cur.Load().infos[name] }
 
 // protocolsFrom returns the SDK's protocol versions from min on (dates
 // compare as strings), or nil for all of them.
@@ -167,7 +247,7 @@ func Render(res *pipeline.Result) *sdk.CallToolResult {
 // with the write scope, an upstream's tools only with its scope too, so
 // that a token is offered no tool it would be refused. The list
 // then depends on the caller, so a cache may keep it for that caller only.
-func toolsByScope(caller CallerFunc, infos map[string]*pipeline.ToolInfo) sdk.Middleware {
+func toolsByScope(caller CallerFunc, tools *liveTools) sdk.Middleware {
 	return func(next sdk.MethodHandler) sdk.MethodHandler {
 		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 			res, err := next(ctx, method, req)
@@ -179,7 +259,7 @@ func toolsByScope(caller CallerFunc, infos map[string]*pipeline.ToolInfo) sdk.Mi
 			filtered := *list
 			filtered.Tools = make([]*sdk.Tool, 0, len(list.Tools))
 			for _, t := range list.Tools {
-				if info, known := infos[t.Name]; !known || pipeline.Allowed(c, info) {
+				if info := tools.info(t.Name); info == nil || pipeline.Allowed(c, info) {
 					filtered.Tools = append(filtered.Tools, t)
 				}
 			}
@@ -248,9 +328,12 @@ func checkLogLevel(next sdk.MethodHandler) sdk.MethodHandler {
 }
 
 // Unoffered are the MCP methods of features writerd does not offer:
-// prompts, resources, completion, and the subscription stream (the tools
-// never change). The SDK would answer some of them with empty lists though
-// the capabilities declare none; they are answered "Method not found."
+// prompts, resources, completion, and, over HTTP, the subscription stream
+// (writerd's HTTP is answered one request at a time). The SDK would answer
+// some of them with empty lists though the capabilities declare none; they
+// are answered "Method not found." Over stdio, subscriptions/listen is
+// served: it is how a client of 2026-07-28 on is told that the tools
+// changed.
 var Unoffered = map[string]bool{
 	"prompts/list": true, "prompts/get": true,
 	"resources/list": true, "resources/read": true, "resources/templates/list": true,
@@ -261,7 +344,7 @@ var Unoffered = map[string]bool{
 // refuseUnoffered answers a call of a method writerd does not offer.
 func refuseUnoffered(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
-		if Unoffered[method] {
+		if Unoffered[method] && method != "subscriptions/listen" { // HTTP refuses it before the SDK
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found."}
 		}
 		return next(ctx, method, req)
@@ -276,7 +359,7 @@ var methods = map[string]bool{
 	"resources/read": true, "resources/templates/list": true, "resources/subscribe": true,
 	"resources/unsubscribe": true, "completion/complete": true,
 	"notifications/initialized": true, "notifications/cancelled": true,
-	"notifications/roots/list_changed": true, "notifications/progress": true,
+	"notifications/roots/list_changed": true, "notifications/progress": true, "subscriptions/listen": true,
 }
 
 func knownMethod(m string) string {

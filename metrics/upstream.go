@@ -55,6 +55,13 @@ func (m *Upstreams) Up(upstream string, up bool) {
 	}
 }
 
+// Forget drops an upstream's up gauge: a reload removed it.
+func (m *Upstreams) Forget(upstream string) {
+	if m != nil {
+		m.up.DeleteLabelValues(upstream)
+	}
+}
+
 // Call counts one call to an upstream, how it ended and how long it took.
 func (m *Upstreams) Call(upstream, result string, d time.Duration) {
 	if m != nil {

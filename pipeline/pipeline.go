@@ -93,8 +93,9 @@ type Pipeline[D any] struct {
 	log   *slog.Logger
 	locks idempotency.Locks
 
-	mu    sync.RWMutex
-	tools map[string]*Tool[D]
+	mu      sync.RWMutex
+	tools   map[string]*Tool[D]
+	changed map[*int]func() // told after each change of tools (OnToolsChanged)
 
 	clockMu sync.Mutex
 	last    time.Time // the latest time now gave
@@ -143,17 +144,76 @@ func New[D any](cfg Config[D]) *Pipeline[D] {
 	return p
 }
 
-// Register adds tools. A name may be registered once.
+// Register adds tools, at start or while calls run. A name may be
+// registered once (until Unregister removes it); a tool whose name is
+// taken adds none of ts.
 func (p *Pipeline[D]) Register(ts ...*Tool[D]) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	seen := make(map[string]bool, len(ts))
 	for _, t := range ts {
-		if _, dup := p.tools[t.Name]; dup {
+		if _, dup := p.tools[t.Name]; dup || seen[t.Name] {
+			p.mu.Unlock()
 			return fmt.Errorf("pipeline: tool %s registered twice", t.Name)
 		}
+		seen[t.Name] = true
+	}
+	for _, t := range ts {
 		p.tools[t.Name] = t
 	}
+	p.mu.Unlock()
+	if len(ts) > 0 {
+		p.toolsChanged()
+	}
 	return nil
+}
+
+// Unregister removes the tools of these names, while calls run: a call
+// that found its tool before finishes with it; a later one finds no tool
+// of its name (NOT_FOUND here; a transport that lists tools answers it
+// as it answers any name it does not know). The tools New registers stay.
+func (p *Pipeline[D]) Unregister(names ...string) {
+	p.mu.Lock()
+	n := 0
+	for _, name := range names {
+		if _, ok := p.tools[name]; ok && name != OutcomeToolName && name != ResolveToolName {
+			delete(p.tools, name)
+			n++
+		}
+	}
+	p.mu.Unlock()
+	if n > 0 {
+		p.toolsChanged()
+	}
+}
+
+// OnToolsChanged calls fn after each Register or Unregister that changed
+// the tools, until the returned stop is called; fn then reads Tools. Calls
+// of fn may overlap, and fn must not register tools.
+func (p *Pipeline[D]) OnToolsChanged(fn func()) (stop func()) {
+	k := new(int)
+	p.mu.Lock()
+	if p.changed == nil {
+		p.changed = map[*int]func(){}
+	}
+	p.changed[k] = fn
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		delete(p.changed, k)
+		p.mu.Unlock()
+	}
+}
+
+func (p *Pipeline[D]) toolsChanged() {
+	p.mu.RLock()
+	fns := make([]func(), 0, len(p.changed))
+	for _, fn := range p.changed {
+		fns = append(fns, fn)
+	}
+	p.mu.RUnlock()
+	for _, fn := range fns {
+		fn()
+	}
 }
 
 // Tool returns the registered tool of this name, or nil.

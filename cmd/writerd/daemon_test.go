@@ -89,6 +89,8 @@ type daemonConfig struct {
 	// connect bounds the wait for the daemon to answer initialize
 	// (default 30 s): longer where it waits for an upstream at start.
 	connect time.Duration
+	// client, if set, are the options of the SDK's client
+	client *sdk.ClientOptions
 }
 
 // testStore is the store the daemons of an end-to-end test run on: the
@@ -187,7 +189,7 @@ func mustStartWith(t testing.TB, c daemonConfig) *stdioDaemon {
 	d.cmd = exec.Command(c.bin, append(append([]string{"serve", "--stdio"}, d.store.serveFlags()...), c.args...)...)
 	d.cmd.Env = append(d.store.env(t), c.env...)
 	d.cmd.Stderr = d.stderr
-	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-e2e", Version: "1"}, nil)
+	client := sdk.NewClient(&sdk.Implementation{Name: "writerd-e2e", Version: "1"}, c.client)
 	if c.connect == 0 {
 		c.connect = 30 * time.Second
 	}

@@ -93,9 +93,10 @@ POST /v1/tools/{tool} (the key in an Idempotency-Key header), Prometheus
 metrics at /metrics, and /healthz and /readyz. /mcp and /v1 need a bearer
 token from the --tokens file (writerd token new); without one, serve
 refuses to start unless --insecure-no-auth is given on a loopback address.
-SIGHUP reloads the tokens file; SIGINT or SIGTERM stops accepting, lets
-requests in flight finish and closes the store; a second signal exits at
-once.
+SIGHUP reloads the tokens file and the --upstreams file (a file that fails
+to load leaves the one loaded before in force); SIGINT or SIGTERM stops
+accepting, lets requests in flight finish and closes the store; a second
+signal exits at once.
 
 With --stdio, MCP runs on stdin and stdout (stdout carries nothing else)
 for the client that started the process; with --addr as well, the same
@@ -188,7 +189,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.StringVar(&c.addr, "addr", "", "serve HTTP on this `address` (default "+defaultAddr+" without --stdio; none with it)")
 	fs.StringVar(&c.tokensFile, "tokens", "", "the tokens `file` HTTP callers authenticate against (writerd token new makes it)")
 	fs.StringVar(&c.upstreams, "upstreams", "", "the `file` of upstream MCP servers whose tools writerd serves (docs/UPSTREAMS.md)")
-	fs.DurationVar(&c.upWait, "upstream-wait", daemon.DefaultUpstreamWait, "how long to wait at start for each upstream to list its tools")
+	fs.DurationVar(&c.upWait, "upstream-wait", daemon.DefaultUpstreamWait, "how long to wait at start for the upstreams to list their tools (one that lists later is served then)")
 	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "serve HTTP without tokens, every caller as --principal with every scope; loopback addresses only")
 	fs.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "the largest HTTP request body, in `bytes`")
 	fs.StringVar(&c.publicURL, "public-url", "", "the `URL` browsers reach this daemon at through a proxy; https makes the console's cookie Secure over a loopback --addr too")
@@ -409,6 +410,9 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	defer cancel()
 	var background sync.WaitGroup
 	background.Go(func() { d.Run(ctx) })
+	if c.upstreams != "" {
+		background.Go(reloadUpstreamsOnHangup(ctx, log, d, c.upstreams))
+	}
 
 	var httpSrv *http.Server
 	httpDone := make(chan error, 1)

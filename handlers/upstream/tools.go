@@ -75,7 +75,10 @@ type DefineOptions struct {
 // a later listing (a reconnection, notifications/tools/list_changed)
 // whose definition of one no longer matches its pin withdraws it, with
 // one log line; its calls are then refused before anything is recorded
-// and nothing is sent. A listing that matches again restores it.
+// and nothing is sent. A listing that matches again restores it. (The
+// daemon also unregisters such a tool, so that agents no longer see it,
+// and defines it anew when it matches again: internal/daemon/upstreams.go;
+// the refusal here covers the calls that found it before.)
 type Exports struct {
 	log *slog.Logger
 	mu  sync.Mutex

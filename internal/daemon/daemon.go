@@ -204,22 +204,21 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		Unsettled: func(pending, unknown int) { d.upstreamMetrics.Unsettled(pending, unknown) },
 		Failpoint: cfg.Failpoint,
 	})
-	tools := append(handlers.Tools(), cfg.Tools...)
-	if cfg.Upstreams != nil && len(cfg.Upstreams.Upstreams) > 0 {
+	if err := d.Pipeline.Register(append(handlers.Tools(), cfg.Tools...)...); err != nil {
+		store.Close()
+		return nil, err
+	}
+	if cfg.Upstreams != nil {
+		// Their tools are registered as each upstream lists them, and
+		// follow its listings and the file's reloads (upstreams.go).
 		um := metrics.NewUpstreams(d.Registry)
 		d.upstreamMetrics = um
-		us, exported, err := connectUpstreams(ctx, cfg.Upstreams, cfg.Logger, um, cfg.UpstreamWait)
+		us, err := connectUpstreams(ctx, cfg.Upstreams, d.Pipeline, cfg.Logger, um, cfg.UpstreamWait)
 		if err != nil {
 			store.Close()
 			return nil, err
 		}
 		d.upstreams = us
-		tools = append(tools, exported...)
-	}
-	if err := d.Pipeline.Register(tools...); err != nil {
-		d.upstreams.close()
-		store.Close()
-		return nil, err
 	}
 	d.Tools = len(d.Pipeline.Tools()) // the outcome tool New registers included
 	if len(cfg.Witnesses) > 0 {

@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,27 +18,43 @@ import (
 	"github.com/writerd/writerd/pipeline"
 )
 
-// DefaultUpstreamWait bounds how long Open waits for each upstream's
-// first listing of its tools.
+// DefaultUpstreamWait bounds how long Open waits for the upstreams'
+// first listings of their tools.
 const DefaultUpstreamWait = 10 * time.Second
 
 // upstreams are the daemon's connections to its upstream MCP servers
-// (docs/UPSTREAMS.md): one supervised client each, and the tools that
-// export theirs.
+// (docs/UPSTREAMS.md): one supervised client each, and the pipeline tools
+// that export theirs, which follow the upstream's listings (link.apply)
+// and the file's reloads (reload).
 type upstreams struct {
-	clients []*upstream.Client
-	exports *upstream.Exports
+	p   *pipeline.Pipeline[handlers.Store]
+	log *slog.Logger
+	m   *metrics.Upstreams
+	ctx context.Context // whose values the clients keep
+
+	reloading sync.Mutex // one reload at a time
 
 	mu    sync.Mutex
-	names []string        // in the file's order
-	up    map[string]bool // by name: a session is up
+	links []*link // in the file's order
 }
 
-// setUp records whether an upstream's session is up.
-func (us *upstreams) setUp(name string, up bool) {
-	us.mu.Lock()
-	defer us.mu.Unlock()
-	us.up[name] = up
+// link is one upstream: its block, its client, and its tools served.
+type link struct {
+	us      *upstreams
+	u       *upstream.Upstream
+	c       *upstream.Client
+	slots   upstream.Slots
+	exports *upstream.Exports
+	first   chan struct{} // closed at its first listing applied
+
+	mu     sync.Mutex
+	active bool                                      // its listings are applied (activate)
+	closed bool                                      // removed: its listings are ignored
+	last   []*mcp.Tool                               // its latest listing; nil before the first
+	served map[string]*pipeline.Tool[handlers.Store] // by the upstream's tool name
+	state  map[string]string                         // by tool, what was last logged of one not served
+	up     bool                                      // a session is up (under us.mu)
+	once   sync.Once
 }
 
 // UpstreamDown is what /readyz says of an upstream that is not connected.
@@ -50,10 +69,10 @@ func (us *upstreams) checks() []httpapi.ReadyCheck {
 	}
 	us.mu.Lock()
 	defer us.mu.Unlock()
-	cs := make([]httpapi.ReadyCheck, 0, len(us.names))
-	for _, name := range us.names {
-		c := httpapi.ReadyCheck{Name: "upstream:" + name, Advisory: true}
-		if !us.up[name] {
+	cs := make([]httpapi.ReadyCheck, 0, len(us.links))
+	for _, l := range us.links {
+		c := httpapi.ReadyCheck{Name: "upstream:" + l.u.Name, Advisory: true}
+		if !l.up {
 			c.Err = pipeline.Errorf(pipeline.Unavailable, UpstreamDown)
 		}
 		cs = append(cs, c)
@@ -61,67 +80,311 @@ func (us *upstreams) checks() []httpapi.ReadyCheck {
 	return cs
 }
 
-// connectUpstreams starts a client for each upstream of cfg, waits at
-// most wait for each one's first listing, and defines the tools that
-// export its tools. A tool whose listed definition does not match its
-// pin, or that writerd cannot enforce, is not served, with one log line
-// naming it; an upstream not listed within the wait serves no tool
-// until the daemon restarts, and says so.
-func connectUpstreams(ctx context.Context, cfg *upstream.Config, log *slog.Logger, m *metrics.Upstreams, wait time.Duration) (*upstreams, []*pipeline.Tool[handlers.Store], error) {
+// connectUpstreams starts a client for each upstream of cfg and waits at
+// most wait for their first listings, whose tools it registers in p (p's
+// own tools registered before). A tool whose listed definition does not
+// match its pin, or that writerd cannot enforce, is not served, with one
+// log line naming it; an upstream not listed within the wait has its
+// tools served once it lists them. An exported name that is one of p's
+// tools is refused.
+func connectUpstreams(ctx context.Context, cfg *upstream.Config, p *pipeline.Pipeline[handlers.Store], log *slog.Logger, m *metrics.Upstreams, wait time.Duration) (*upstreams, error) {
 	if wait <= 0 {
 		wait = DefaultUpstreamWait
 	}
-	us := &upstreams{exports: upstream.NewExports(log), up: map[string]bool{}}
-	var tools []*pipeline.Tool[handlers.Store]
-	for _, u := range cfg.Upstreams {
-		listed := make(chan []*mcp.Tool, 1)
-		first := true
-		c := upstream.NewClient(u.Endpoint, upstream.ClientOptions{
-			Logger: log,
-			OnTools: func(ts []*mcp.Tool) {
-				if first {
-					first = false
-					listed <- ts
-					return
-				}
-				us.exports.Listed(u.Name, ts)
-			},
-			OnUp: func(up bool) { m.Up(u.Name, up); us.setUp(u.Name, up) },
-		})
-		if err := c.Start(ctx); err != nil {
-			us.close()
-			return nil, nil, err
-		}
-		us.clients = append(us.clients, c)
-		us.names = append(us.names, u.Name)
-		var defs []*mcp.Tool
-		timer := time.NewTimer(wait)
+	us := &upstreams{p: p, log: log, m: m, ctx: ctx}
+	if err := us.clash(cfg, nil); err != nil {
+		return nil, err
+	}
+	links, err := us.start(cfg.Upstreams)
+	if err != nil {
+		return nil, err
+	}
+	us.links = links
+	for _, l := range links {
+		l.activate()
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for _, l := range links {
 		select {
-		case defs = <-listed:
-		case <-timer.C:
-			log.Warn("an upstream did not list its tools in time; its tools are not served until writerd restarts", "upstream", u.Name, "waited", wait.String())
-		}
-		timer.Stop()
-		if defs == nil {
-			continue
-		}
-		slots := upstream.NewSlots(u.MaxConcurrent)
-		byName := make(map[string]*mcp.Tool, len(defs))
-		for _, d := range defs {
-			byName[d.Name] = d
-		}
-		for _, t := range u.Tools {
-			tool, err := upstream.Define[handlers.Store](u, t, byName[t.Name], upstream.DefineOptions{
-				Caller: c, Slots: slots, Metrics: m, TaskSupport: c.TaskSupport(t.Name), Exports: us.exports,
-			})
-			if err != nil {
-				log.Error("an upstream's tool is not served", "upstream", u.Name, "tool", t.Name, "export", t.Export, "cause", err.Error())
-				continue
-			}
-			tools = append(tools, tool)
+		case <-l.first:
+		case <-deadline.C:
+			// Every later upstream is waited for no longer either.
+			deadline.Reset(0)
+			log.Warn("an upstream did not list its tools in time; its tools are served once it lists them", "upstream", l.u.Name, "waited", wait.String())
 		}
 	}
-	return us, tools, nil
+	return us, nil
+}
+
+// clash refuses an exported name of cfg that is a tool of the pipeline
+// not exported by one of the upstreams old.
+func (us *upstreams) clash(cfg *upstream.Config, old []*link) error {
+	owned := map[string]bool{}
+	for _, l := range old {
+		for _, t := range l.u.Tools {
+			owned[t.Export] = true
+		}
+	}
+	for _, u := range cfg.Upstreams {
+		for _, t := range u.Tools {
+			if !owned[t.Export] && us.p.Tool(t.Export) != nil {
+				return fmt.Errorf("the upstream %s's tool %s is exported as %s, which is the name of one of writerd's own tools; set its export to another name", u.Name, t.Name, t.Export)
+			}
+		}
+	}
+	return nil
+}
+
+// start starts a client for each upstream, its listings kept until its
+// link is activated; if one cannot start, those started are closed.
+func (us *upstreams) start(ups []*upstream.Upstream) ([]*link, error) {
+	var links []*link
+	for _, u := range ups {
+		l := &link{
+			us: us, u: u, slots: upstream.NewSlots(u.MaxConcurrent), exports: upstream.NewExports(nil),
+			first: make(chan struct{}), served: map[string]*pipeline.Tool[handlers.Store]{}, state: map[string]string{},
+		}
+		l.c = upstream.NewClient(u.Endpoint, upstream.ClientOptions{
+			Logger:  us.log,
+			OnTools: l.listed,
+			OnUp:    func(up bool) { us.setUp(l, up) },
+		})
+		if err := l.c.Start(us.ctx); err != nil {
+			for _, s := range links {
+				s.c.Close()
+			}
+			return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+// setUp records whether l's session is up, unless l was removed (a
+// block changed has a new link of its name by then).
+func (us *upstreams) setUp(l *link, up bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	us.m.Up(l.u.Name, up)
+	us.mu.Lock()
+	l.up = up
+	us.mu.Unlock()
+}
+
+// listed takes a listing of the upstream's tools: every listing, at each
+// (re)connection and each notifications/tools/list_changed.
+func (l *link) listed(defs []*mcp.Tool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	if defs == nil {
+		defs = []*mcp.Tool{}
+	}
+	l.last = defs
+	if l.active {
+		l.apply()
+	}
+}
+
+// activate applies the latest listing, and every later one.
+func (l *link) activate() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.active = true
+	if l.last != nil {
+		l.apply()
+	}
+}
+
+// apply checks every pin against the latest listing: a served tool
+// whose definition changed or is gone is unregistered, with one log line
+// (the transports tell their sessions, and its calls find no tool); a
+// tool that matches its pin and is not served is defined and registered.
+// Its caller holds l.mu.
+func (l *link) apply() {
+	us, u := l.us, l.u
+	// In-flight calls of a withdrawn tool send nothing (exported.Send).
+	l.exports.Listed(u.Name, l.last)
+	byName := make(map[string]*mcp.Tool, len(l.last))
+	for _, d := range l.last {
+		byName[d.Name] = d
+	}
+	var gone []string
+	var added []*pipeline.Tool[handlers.Store]
+	for _, t := range u.Tools {
+		d := byName[t.Name]
+		matches := d != nil && upstream.Pin(d) == t.Pin
+		if l.served[t.Name] != nil {
+			if !matches {
+				gone = append(gone, t.Export)
+				delete(l.served, t.Name)
+				l.state[t.Name] = "withdrawn"
+				us.log.Error("an upstream's tool changed its definition or is gone; it is withdrawn until a listing matches its pin again", "upstream", u.Name, "tool", t.Name, "export", t.Export)
+			}
+			continue
+		}
+		if !matches && l.state[t.Name] == "withdrawn" {
+			continue // said when it was withdrawn
+		}
+		tool, err := upstream.Define[handlers.Store](u, t, d, upstream.DefineOptions{
+			Caller: l.c, Slots: l.slots, Metrics: us.m, TaskSupport: l.c.TaskSupport(t.Name), Exports: l.exports,
+		})
+		if err != nil {
+			if l.state[t.Name] != err.Error() {
+				l.state[t.Name] = err.Error()
+				us.log.Error("an upstream's tool is not served", "upstream", u.Name, "tool", t.Name, "export", t.Export, "cause", err.Error())
+			}
+			continue
+		}
+		if _, was := l.state[t.Name]; was {
+			us.log.Info("an upstream's tool matches its pin and is served", "upstream", u.Name, "tool", t.Name, "export", t.Export)
+		}
+		delete(l.state, t.Name)
+		l.served[t.Name] = tool
+		added = append(added, tool)
+	}
+	us.p.Unregister(gone...)
+	for _, tool := range added {
+		if err := us.p.Register(tool); err != nil {
+			us.log.Error("an upstream's tool is not served", "upstream", u.Name, "export", tool.Name, "cause", err.Error())
+			for name, s := range l.served {
+				if s == tool {
+					delete(l.served, name)
+				}
+			}
+		}
+	}
+	l.once.Do(func() { close(l.first) })
+}
+
+// remove unregisters the upstream's tools and ends its session.
+func (l *link) remove() {
+	l.mu.Lock()
+	l.closed = true
+	names := make([]string, 0, len(l.served))
+	for _, t := range l.served {
+		names = append(names, t.Name)
+	}
+	l.served = map[string]*pipeline.Tool[handlers.Store]{}
+	l.mu.Unlock()
+	l.us.p.Unregister(names...)
+	l.c.Close()
+}
+
+// reload puts cfg in force in place of the config loaded before, all or
+// nothing: an upstream removed has its tools unregistered and its
+// session ended; one added is connected, its tools served once it lists
+// them; one whose block changed is removed and added; one unchanged
+// keeps its session, its tools and its calls. An error leaves the
+// config loaded before in force.
+func (us *upstreams) reload(cfg *upstream.Config) error {
+	us.reloading.Lock()
+	defer us.reloading.Unlock()
+	us.mu.Lock()
+	old := us.links
+	us.mu.Unlock()
+	if err := us.clash(cfg, old); err != nil {
+		return err
+	}
+	byName := map[string]*link{}
+	for _, l := range old {
+		byName[l.u.Name] = l
+	}
+	kept := map[string]bool{}
+	var fresh []*upstream.Upstream
+	for _, u := range cfg.Upstreams {
+		if l := byName[u.Name]; l != nil && sameUpstream(l.u, u) {
+			kept[u.Name] = true
+			continue
+		}
+		fresh = append(fresh, u)
+	}
+	started, err := us.start(fresh)
+	if err != nil {
+		return err
+	}
+	var added, removed, changed []string
+	for _, l := range old {
+		if kept[l.u.Name] {
+			continue
+		}
+		l.remove()
+		removed = append(removed, l.u.Name)
+	}
+	next := make([]*link, 0, len(cfg.Upstreams))
+	for _, u := range cfg.Upstreams {
+		if kept[u.Name] {
+			next = append(next, byName[u.Name])
+			continue
+		}
+		l := started[0]
+		started = started[1:]
+		next = append(next, l)
+		if byName[u.Name] != nil {
+			changed = append(changed, u.Name)
+		} else {
+			added = append(added, u.Name)
+		}
+	}
+	removed = without(removed, changed)
+	for _, name := range removed {
+		us.m.Forget(name)
+	}
+	us.mu.Lock()
+	us.links = next
+	us.mu.Unlock()
+	for _, l := range next {
+		if !kept[l.u.Name] {
+			l.activate()
+		}
+	}
+	us.log.Info("upstreams file reloaded", "digest", cfg.Digest(), "upstreams", len(next),
+		"added", strings.Join(added, ","), "removed", strings.Join(removed, ","), "changed", strings.Join(changed, ","))
+	return nil
+}
+
+func without(names, drop []string) []string {
+	var kept []string
+	for _, n := range names {
+		if !contains(drop, n) {
+			kept = append(kept, n)
+		}
+	}
+	return kept
+}
+
+func contains(names []string, n string) bool {
+	for _, m := range names {
+		if m == n {
+			return true
+		}
+	}
+	return false
+}
+
+// sameUpstream reports whether two loads of a block say the same, their
+// secrets' values included: where in the file it is does not count.
+func sameUpstream(a, b *upstream.Upstream) bool {
+	ca, cb := *a, *b
+	ca.Line, cb.Line = 0, 0
+	ca.Tools, cb.Tools = nil, nil
+	if !reflect.DeepEqual(ca, cb) || len(a.Tools) != len(b.Tools) {
+		return false
+	}
+	for i := range a.Tools {
+		ta, tb := *a.Tools[i], *b.Tools[i]
+		ta.Line, tb.Line = 0, 0
+		if !reflect.DeepEqual(ta, tb) {
+			return false
+		}
+	}
+	return true
 }
 
 // close ends every upstream's session (a stdio child gets SIGTERM, then
@@ -130,7 +393,25 @@ func (us *upstreams) close() {
 	if us == nil {
 		return
 	}
-	for _, c := range us.clients {
-		c.Close()
+	us.reloading.Lock()
+	defer us.reloading.Unlock()
+	us.mu.Lock()
+	links := us.links
+	us.mu.Unlock()
+	for _, l := range links {
+		l.c.Close()
 	}
+}
+
+// ReloadUpstreams puts cfg, the upstreams file loaded again, in force
+// (SIGHUP): upstreams removed are closed and their tools withdrawn, added
+// ones connected, changed ones reconnected, unchanged ones untouched. On
+// an error, whose text is one sentence for the log, the config loaded
+// before stays in force. A daemon opened without Upstreams has none to
+// reload.
+func (d *Daemon) ReloadUpstreams(cfg *upstream.Config) error {
+	if d.upstreams == nil {
+		return fmt.Errorf("writerd was started without an upstreams file")
+	}
+	return d.upstreams.reload(cfg)
 }
