@@ -565,7 +565,9 @@ func testExternalTakeoverAtStart(t *testing.T, b Backend) {
 // that it leaves no pending record behind.
 func testExternalPanic(t *testing.T, b Backend) {
 	u := newUpstream()
-	u.answer = func(int, *pipeline.ExternalCall) *pipeline.ExternalAnswer { panic("the stand-in panics " + SecretMarker) }
+	u.answer = func(int, *pipeline.ExternalCall) *pipeline.ExternalAnswer {
+		panic("the stand-in panics " + SecretMarker)
+	}
 	e := newExternalEnv(t, b, u)
 	r := e.Call(Caller, "ext_create", extArgs("ext-key-0015", "panic"))
 	MustCode(t, r, pipeline.UnknownOutcome, pipeline.RetryNever)
