@@ -134,9 +134,17 @@ func (a *authenticator) http(m *metrics.Metrics, log *slog.Logger, h daemon.HTTP
 // keeps the tokens loaded before. Without a tokens file (OAuth alone) a
 // SIGHUP reloads nothing, but is caught all the same: its default action
 // would end the daemon.
-func (a *authenticator) reloadOnHangup(ctx context.Context, log *slog.Logger) {
+//
+// It takes SIGHUP at once and returns the loop to run: a SIGHUP that
+// comes before the loop runs is kept for it, never left to end the
+// process as its default does.
+func (a *authenticator) reloadOnHangup(ctx context.Context, log *slog.Logger) (run func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	return func() { a.reloadLoop(ctx, log, hup) }
+}
+
+func (a *authenticator) reloadLoop(ctx context.Context, log *slog.Logger, hup chan os.Signal) {
 	defer signal.Stop(hup)
 	for {
 		select {

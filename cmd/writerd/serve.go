@@ -420,7 +420,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		httpSrv = d.HTTPServer(authn.http(d.Metrics, log, daemon.HTTP{MaxBody: c.maxBody, AuditPublic: c.auditPub, PublicURL: c.publicURL}))
 		go func() { httpDone <- httpSrv.Serve(ln) }()
 		if authn.tokens != nil || authn.oauth != nil {
-			background.Go(func() { authn.reloadOnHangup(ctx, log) })
+			background.Go(authn.reloadOnHangup(ctx, log))
 		}
 		if authn.oauth != nil {
 			background.Go(func() { authn.oauth.Run(ctx) })
