@@ -50,6 +50,10 @@ type Options struct {
 	// with the same bytes (see fast.go); never while Middleware is set,
 	// which may watch every request.
 	DisableFastPath bool
+	// ListChanged declares tools.listChanged: the transport can tell its
+	// sessions of a change of the tools (stdio). Without it, clients see
+	// a change when they list the tools again.
+	ListChanged bool
 }
 
 // NewServer returns an MCP server that serves every tool registered in p.
@@ -62,11 +66,13 @@ func NewServer(p pipeline.Service, opts Options) *sdk.Server {
 		Logger:                    slog.New(sdkLog{opts.Logger.Handler()}),
 		SupportedProtocolVersions: protocolsFrom(opts.MinProtocol),
 		// The tools change while the server runs (an upstream's tool
-		// withdrawn or served again, docs/UPSTREAMS.md): sessions are
-		// told with notifications/tools/list_changed.
+		// withdrawn or served again, docs/UPSTREAMS.md): where sessions
+		// can be told (stdio), they are, with
+		// notifications/tools/list_changed; a stateless HTTP server has
+		// no stream to tell them on, so it promises none.
 		Capabilities: &sdk.ServerCapabilities{
 			Logging: &sdk.LoggingCapabilities{},
-			Tools:   &sdk.ToolCapabilities{ListChanged: true},
+			Tools:   &sdk.ToolCapabilities{ListChanged: opts.ListChanged},
 		},
 	})
 	lt := &liveTools{handler: handler(p, opts.Caller), srv: weak.Make(srv)}

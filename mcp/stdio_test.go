@@ -40,7 +40,7 @@ func MustStdio(t testing.TB, raw bool) *stdio {
 	d := openDaemon(t)
 	s := &stdio{t: t, log: new(logtest.Buffer), d: d}
 	log := slog.New(slog.NewJSONHandler(s.log, nil))
-	srv := mcp.NewServer(d.Pipeline, mcp.Options{Logger: log,
+	srv := mcp.NewServer(d.Pipeline, mcp.Options{Logger: log, ListChanged: true,
 		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller }})
 	s.run = runStdio(t, srv, log, 4<<20)
 	s.in, s.lines = s.run.in, s.run.lines

@@ -168,7 +168,7 @@ func (d *Daemon) HTTPServer(h HTTP) *http.Server {
 func (d *Daemon) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer, principal string) error {
 	caller := pipeline.Caller{Principal: principal, Scopes: pipeline.AllScopes, Grants: pipeline.AllGrants, Transport: pipeline.TransportStdio}
 	srv := mcp.NewServer(d.Pipeline, mcp.Options{
-		Version: d.cfg.Version, Logger: d.log,
+		Version: d.cfg.Version, Logger: d.log, ListChanged: true,
 		Caller: func(context.Context, *sdk.CallToolRequest) pipeline.Caller { return caller },
 	})
 	// The frame limit stays well above the argument limit, so that an
