@@ -176,15 +176,7 @@ func (p *Pipeline[D]) writeExternal(ctx context.Context, c Caller, t *Tool[D], i
 // pause waits a little for a pending record of another process, at most
 // until deadline; false if ctx ended.
 func (p *Pipeline[D]) pause(ctx context.Context, deadline time.Time) bool {
-	d := min(50*time.Millisecond, time.Until(deadline))
-	timer := time.NewTimer(max(d, 0))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return p.wait(ctx, max(min(50*time.Millisecond, time.Until(deadline)), 0))
 }
 
 // drive sends the call of the pending record rec, which this process
@@ -207,8 +199,11 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 		}
 		if ans.Disposition == Done {
 			if err := t.checkResult(ans.Output); err != nil {
+				// The rule and place it broke may quote the answer's
+				// member names, the upstream's text: debug only.
 				p.log.Warn("an upstream's answer breaks its tool's output schema; its outcome is unknown",
-					"request_id", ev.RequestID, "tool", t.Name, "cause", err.Error())
+					"request_id", ev.RequestID, "tool", t.Name)
+				p.log.Debug("upstream answer refused", "request_id", ev.RequestID, "tool", t.Name, "cause", err.Error())
 				ans = &ExternalAnswer{Disposition: Uncertain, End: "bad_answer", AnswerDigest: ans.AnswerDigest, Duration: ans.Duration}
 				break // the upstream acted: never sent again
 			}
@@ -226,8 +221,8 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 	}
 	if ans.Disposition == NotSent {
 		if err := p.release(ctx, rec); err != nil {
-			// The record stays pending; a takeover will find the call
-			// was never sent? It cannot: it records the outcome unknown.
+			// The record stays pending, and the takeover that finds it
+			// cannot know the call never left: it records it unknown.
 			p.log.Error("delete a pending record whose call was never sent", "request_id", ev.RequestID, "cause", err.Error())
 		}
 		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: Wrap(Unavailable, ans.Cause, notSentMessage)}
@@ -334,7 +329,8 @@ func (p *Pipeline[D]) complete(ctx context.Context, t *Tool[D], rec *idempotency
 	case Refused:
 		e, state = Errorf(UpstreamRefused, upstreamRefusedMessage), idempotency.Failed
 	case Uncertain:
-		e, state = Errorf(UnknownOutcome, "%s", unknownMessage(ev.ID, nil)), idempotency.Unknown
+		// The event's code and status; the answer, below, names the event.
+		e, state = Errorf(UnknownOutcome, "%s", unknownMessage("", nil)), idempotency.Unknown
 	}
 	var settled *idempotency.Record
 	err := p.update(ctx, func(tx Tx[D]) (err error) {
