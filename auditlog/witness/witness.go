@@ -74,8 +74,11 @@ func Parse(s string) (*Witness, error) {
 	if at < 0 {
 		return nil, errors.New("a witness is VKEY@URL: its verifier key as litewitness prints it, an @, and its base URL")
 	}
+	// torchwood reads the key hash's hex in either case and prints it
+	// lowercase: take the key only in the form it prints, so that the
+	// witness named in events and logs is the one the operator wrote.
 	v, err := torchwood.NewCosignatureVerifier(s[:at])
-	if err != nil {
+	if err != nil || v.String() != s[:at] {
 		return nil, errors.New("the verifier key before the @ is not a witness's cosignature/v1 key (name+hash+key, as litewitness prints it)")
 	}
 	u, err := url.Parse(s[at+1:])

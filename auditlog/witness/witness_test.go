@@ -147,6 +147,8 @@ func TestParse(t *testing.T) {
 		{f.vkey + "@witness.example/hunter2secret", "", false},
 		{noteKey + "@https://witness.example", "", false}, // an Ed25519 note key, not cosignature/v1
 		{strings.Replace(f.vkey, "+", "+0", 1) + "@https://witness.example", "", false},
+		{"witness.example/w1+aa4a09d1+BOpKbGPinFIKvvVQexMuxfmVR3auvr57kkIe6mkURtIs@https://witness.example", "witness.example/w1", true},
+		{"witness.example/w1+AA4A09d1+BOpKbGPinFIKvvVQexMuxfmVR3auvr57kkIe6mkURtIs@https://witness.example", "", false}, // the same key, its hash not as litewitness prints it
 		{"hunter2secret", "", false},
 		{"", "", false},
 	} {
