@@ -33,14 +33,11 @@ func (t *captureTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	out := req.Clone(req.Context())
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	msg, err := jsonrpc.DecodeMessage(body)
-	if err != nil {
+	msg, err := peek(body)
+	if err != nil || !msg.request {
 		return t.next.RoundTrip(out)
 	}
-	r, ok := msg.(*jsonrpc.Request)
-	if !ok {
-		return t.next.RoundTrip(out)
-	}
+	r := &jsonrpc.Request{ID: msg.id, Method: msg.method}
 	if !r.IsCall() && r.Method == "notifications/cancelled" {
 		t.dropped.Add(1)
 		return &http.Response{
@@ -141,12 +138,15 @@ func (b *scanBody) found(msg []byte) {
 	if b.done {
 		return
 	}
-	m, err := jsonrpc.DecodeMessage(msg)
-	if err != nil {
+	m, err := peek(msg)
+	if err != nil || m.request || m.id != b.id {
 		return
 	}
-	if resp, ok := m.(*jsonrpc.Response); ok && resp.ID == b.id {
-		b.slot.keep(resp)
-		b.done = true
+	resp := &jsonrpc.Response{ID: m.id, Result: m.result}
+	if m.code != nil {
+		// Its code alone: the upstream's message is never kept.
+		resp.Error, resp.Result = &jsonrpc.Error{Code: *m.code}, nil
 	}
+	b.slot.keep(resp)
+	b.done = true
 }
