@@ -167,9 +167,10 @@ func (b *bench) runUpstream(ctx context.Context, bin string, fsync bool) (*Repor
 		}
 	}
 	fake, err := upstreamtest.Start(bin, upstreamtest.Options{
-		Ledger:   filepath.Join(dir, "ledger.jsonl"),
-		Switches: upstreamtest.Switches{Keys: upstreamtest.KeysArgument},
-		NoFsync:  !fsync,
+		Ledger:       filepath.Join(dir, "ledger.jsonl"),
+		Switches:     upstreamtest.Switches{Keys: upstreamtest.KeysArgument},
+		NoFsync:      !fsync,
+		JSONResponse: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("the fake upstream: %w", err)

@@ -31,6 +31,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"syscall"
@@ -94,6 +95,15 @@ func main() {
 		stateless = flag.Bool("stateless", false, "HTTP: no sessions (the only way the SDK speaks protocol 2026-07-28 over HTTP)")
 		noFsync   = flag.Bool("no-fsync", false, "write the ledger without fsyncing it (writerd bench: a crash may lose entries)")
 	)
+	if os.Getenv("GOGC") == "" {
+		// The fake's live heap is a few KiB, and the SDK's server
+		// allocates a 32 KiB buffer for each message it decodes: at the
+		// default, the collector would run hundreds of times a second
+		// and take a good part of the cores writerd bench shares with
+		// the fake. The fake is to cost as little as it can, so that
+		// bench measures writerd.
+		debug.SetGCPercent(800)
+	}
 	f := &fake{}
 	f.flags.Register(flag.CommandLine)
 	flag.Parse()
