@@ -249,3 +249,31 @@ func TestLayers_FailsOnAPlantedImport(t *testing.T) {
 
 // within reports whether path is p or below it.
 func within(path, p string) bool { return path == p || strings.HasPrefix(path, p+"/") }
+
+// Ensure the writerd binary does not link package testing: a test
+// helper that the daemon's code imports (writerd bench starts the tests'
+// fake upstream) takes an interface of its own, not testing.TB.
+func TestLayers_NoTestingInWriterd(t *testing.T) {
+	pkgs := list(t)
+	imports := map[string][]string{}
+	var writerd *listed
+	for i, p := range pkgs {
+		imports[module+"/"+p.path] = p.imps
+		if p.path == "cmd/writerd" {
+			writerd = &pkgs[i]
+		}
+	}
+	if writerd == nil {
+		t.Fatal("go list did not list cmd/writerd")
+	}
+	if !slices.Contains(writerd.deps, "testing") {
+		return
+	}
+	var via []string
+	for _, d := range writerd.deps {
+		if slices.Contains(imports[d], "testing") {
+			via = append(via, strings.TrimPrefix(d, module+"/"))
+		}
+	}
+	t.Errorf("cmd/writerd links package testing, imported by %v", via)
+}

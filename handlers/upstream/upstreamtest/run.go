@@ -12,8 +12,17 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 )
+
+// TB is the part of testing.TB the helpers use. It is an interface of
+// the package's own so that package testing is not linked into writerd,
+// whose bench (internal/bench) starts the fake with Start and BuildTo.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	TempDir() string
+	Cleanup(func())
+}
 
 // BuildTo builds fakeupstream into dir and returns the binary's path. It
 // builds from this package's source folder, so it works wherever the
@@ -44,7 +53,7 @@ var built struct {
 
 // Build builds fakeupstream once per test process (into a folder removed
 // only with the machine's temp files) and returns its path.
-func Build(t testing.TB) string {
+func Build(t TB) string {
 	t.Helper()
 	built.once.Do(func() {
 		dir, err := os.MkdirTemp("", "fakeupstream-")
@@ -120,7 +129,7 @@ type Server struct {
 
 // StartHTTP starts a fake over Streamable HTTP on a loopback port, and
 // stops it when the test ends. Its stderr goes to LEDGER.stderr.
-func StartHTTP(t testing.TB, opts Options) *Server {
+func StartHTTP(t TB, opts Options) *Server {
 	t.Helper()
 	if opts.Ledger == "" {
 		opts.Ledger = filepath.Join(t.TempDir(), "ledger.jsonl")
@@ -196,7 +205,7 @@ func (s *Server) Stop() {
 func (s *Server) Exited() <-chan struct{} { return s.waited }
 
 // Entries reads the fake's ledger.
-func (s *Server) Entries(t testing.TB) []Entry {
+func (s *Server) Entries(t TB) []Entry {
 	t.Helper()
 	e, err := ReadLedger(s.Ledger)
 	if err != nil {
