@@ -44,8 +44,9 @@ file (docs/UPSTREAMS.md, "Inspecting an upstream"):
 
   name and pin   the tool and the digest of its definition as listed now;
   kind           suggested from the upstream's annotations (readOnlyHint:
-                 "read", destructiveHint: "destructive", else "write"),
-                 which the upstream is not held to: review it;
+                 "read"; destructiveHint false: "write"; else
+                 "destructive", as MCP's default for destructiveHint is
+                 true), which the upstream is not held to: review it;
   idempotent     commented out, when its idempotentHint says so;
   bounds         one line per string, array or open object of its input
                  schema that has no upper bound, at the pointer writerd
@@ -306,12 +307,17 @@ var exportOK = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 func inspectBlocks(u *upstream.Upstream, header string, defs []*mcp.Tool, tasks map[string]string) (string, error) {
 	tools := make([]*inspected, 0, len(defs))
 	for _, d := range defs {
-		x := &inspected{def: d, kind: upstream.KindWrite, why: "no readOnlyHint or destructiveHint"}
+		// MCP's defaults: readOnlyHint false, and destructiveHint,
+		// meaningful only then, true. A tool that says neither is taken
+		// at its default, the more careful one.
+		x := &inspected{def: d, kind: upstream.KindDestructive, why: "no readOnlyHint, and no destructiveHint, whose default is true"}
 		switch a := d.Annotations; {
 		case a != nil && a.ReadOnlyHint:
 			x.kind, x.why = upstream.KindRead, "readOnlyHint"
 		case a != nil && a.DestructiveHint != nil && *a.DestructiveHint:
-			x.kind, x.why = upstream.KindDestructive, "destructiveHint"
+			x.why = "destructiveHint"
+		case a != nil && a.DestructiveHint != nil:
+			x.kind, x.why = upstream.KindWrite, "destructiveHint false"
 		}
 		x.idem = x.kind != upstream.KindRead && d.Annotations != nil && d.Annotations.IdempotentHint
 		if e := u.Name + "_" + d.Name; !exportOK.MatchString(e) {

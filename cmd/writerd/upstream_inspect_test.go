@@ -277,3 +277,35 @@ func shellJoin(argv []string) string {
 	}
 	return strings.Join(q, " ")
 }
+
+// Ensure the suggested kind follows MCP's defaults for the annotations:
+// readOnlyHint false, and destructiveHint true unless it says false, so
+// that a tool that says nothing is suggested the careful kind.
+func TestUpstreamInspect_Kinds(t *testing.T) {
+	yes, no := true, false
+	schema := map[string]any{"type": "object", "additionalProperties": false}
+	for _, tc := range []struct {
+		a    *sdk.ToolAnnotations
+		want string
+	}{
+		{nil, "destructive"},
+		{&sdk.ToolAnnotations{Title: "t"}, "destructive"},
+		{&sdk.ToolAnnotations{DestructiveHint: &yes}, "destructive"},
+		{&sdk.ToolAnnotations{DestructiveHint: &no}, "write"},
+		{&sdk.ToolAnnotations{ReadOnlyHint: true}, "read"},
+		{&sdk.ToolAnnotations{ReadOnlyHint: true, DestructiveHint: &yes}, "read"},
+	} {
+		defs := []*sdk.Tool{{Name: "t", InputSchema: schema, Annotations: tc.a}}
+		cfg, err := upstream.Parse([]byte("[upstream.up]\ncommand = [\"x\"]\n"), upstream.LoadOptions{Lease: upstreamLease, MaxTimeout: upstreamMaxTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := inspectBlocks(cfg.Upstreams[0], "", defs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "kind = \"" + tc.want + "\"  # a suggestion"; !strings.Contains(out, want) {
+			t.Errorf("annotations %+v: no %q in\n%s", tc.a, want, out)
+		}
+	}
+}
