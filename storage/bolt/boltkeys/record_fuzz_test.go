@@ -80,12 +80,22 @@ func FuzzUnmarshal(f *testing.F) {
 	})
 }
 
-// same reports whether two records are equal, their times as instants with
-// one zone offset (a decoded fixed zone is a Location of its own).
+// same reports whether two records are equal, each of their times as an
+// instant with one zone offset (a decoded fixed zone is a Location of its
+// own, so reflect.DeepEqual would tell two spellings of one time apart).
 func same(a, b *idempotency.Record) bool {
-	_, ao := a.ExpiresAt.Zone()
-	_, bo := b.ExpiresAt.Zone()
 	x, y := *a, *b
-	x.CreatedAt, x.ExpiresAt, y.CreatedAt, y.ExpiresAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	return reflect.DeepEqual(x, y) && a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt) && ao == bo
+	at := func(r *idempotency.Record) []*time.Time {
+		return []*time.Time{&r.CreatedAt, &r.ExpiresAt, &r.LeaseUntil, &r.ResolvedAt}
+	}
+	for i, t := range at(&x) {
+		u := at(&y)[i]
+		_, to := t.Zone()
+		_, uo := u.Zone()
+		if !t.Equal(*u) || to != uo {
+			return false
+		}
+		*t, *u = time.Time{}, time.Time{}
+	}
+	return reflect.DeepEqual(x, y)
 }
