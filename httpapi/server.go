@@ -252,8 +252,9 @@ type ReadyCheck struct {
 	Err  error
 	// Advisory marks a check whose failure does not make the daemon
 	// unready (an upstream that is down: only its tools answer
-	// UNAVAILABLE); it shows as "down" in the body.
+	// UNAVAILABLE); it shows as State in the body, "down" if "".
 	Advisory bool
+	State    string
 }
 
 // readyAnswer is /readyz's body (docs/OPERATIONS.md): "ready" or
@@ -285,7 +286,11 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if c.Advisory {
-			answer.Checks[c.Name] = readyState{State: "down", Message: pipeline.Public(c.Err).Message}
+			state := c.State
+			if state == "" {
+				state = "down"
+			}
+			answer.Checks[c.Name] = readyState{State: state, Message: pipeline.Public(c.Err).Message}
 			continue
 		}
 		answer.Status = "unavailable"

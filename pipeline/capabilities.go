@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"time"
 )
 
 // The capabilities a store may have beyond Store[D], each a named
@@ -60,4 +61,29 @@ type Backuper interface {
 // not only those past their lease.
 type Exclusive interface {
 	Exclusive() bool
+}
+
+// Replicas is a store that tells which processes serve on it, and with
+// which config (docs/OPERATIONS.md, "Replicas and their configs"): each
+// says so when it starts, on each reload of its upstreams file and as a
+// heartbeat (Seen), and Replicas lists those seen lately, for /readyz and
+// a metric. A store replicas share keeps the list in the database, on the
+// server's clock, so that replicas' clocks do not skew it (PostgreSQL);
+// a store one process holds knows only that process, in memory (bbolt).
+// A store without it is taken for a replica alone.
+type Replicas interface {
+	// Seen records that the replica id serves with the config digest
+	// config, now; it replaces what id said before.
+	Seen(ctx context.Context, r Replica) error
+	// Replicas returns the replicas seen within the last within, by id.
+	Replicas(ctx context.Context, within time.Duration) ([]Replica, error)
+}
+
+// Replica is one process serving on a store: its id (the owner name of
+// the pending records it writes), where it runs (host and process id),
+// the digest of the upstreams file it serves ("" for none), and when it
+// was last seen.
+type Replica struct {
+	ID, Host, Config string
+	SeenAt           time.Time
 }

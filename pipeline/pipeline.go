@@ -144,6 +144,10 @@ func New[D any](cfg Config[D]) *Pipeline[D] {
 	return p
 }
 
+// Owner is the name this pipeline writes as the owner of its pending
+// records: the process's identity among replicas (Replicas).
+func (p *Pipeline[D]) Owner() string { return p.owner }
+
 // Register adds tools, at start or while calls run. A name may be
 // registered once (until Unregister removes it); a tool whose name is
 // taken adds none of ts.

@@ -404,7 +404,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		"key_ttl", c.keyTTL.String(), "key_wait", c.keyWait.String(),
 		"audit_origin", d.Origin(), "checkpoint_every", c.cpEvery, "checkpoint_interval", c.cpInterval.String(), "audit_public", c.auditPub,
 		"witnesses", witnessNames(c.witnesses), "witness_quorum", c.witnessQuorum,
-		"upstreams", upstreamNames(c.upCfg), "tools", d.Tools, "version", version())
+		"upstreams", upstreamNames(c.upCfg), "upstreams_digest", upstreamsDigest(c.upCfg), "tools", d.Tools, "version", version())
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -514,6 +514,15 @@ func loadUpstreams(path string) (*upstream.Config, error) {
 }
 
 // upstreamNames lists the upstreams of cfg for the config line.
+// upstreamsDigest is the digest of the upstreams file in force, as
+// /readyz's replicas check names it: "" for none.
+func upstreamsDigest(cfg *upstream.Config) string {
+	if cfg == nil {
+		return ""
+	}
+	return cfg.Digest()
+}
+
 func upstreamNames(cfg *upstream.Config) string {
 	if cfg == nil {
 		return ""

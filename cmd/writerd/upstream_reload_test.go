@@ -223,3 +223,106 @@ func TestUpstream_ReloadOnHangup(t *testing.T) {
 		t.Fatalf("%d executions, want 3", len(es))
 	}
 }
+
+// Ensure replicas on one PostgreSQL database that serve different
+// upstreams files say so, each its digest recorded in the store: /readyz
+// stays 200 with its advisory replicas check naming both digests and
+// how many replicas serve each (no host), writerd_replica_config_digests
+// is 2, and one WARN line names the replicas; once the file of one is
+// made the other's and it reloads on SIGHUP, the check is ok and the
+// gauge 1 on both, and nothing was refused meanwhile.
+func TestUpstream_ReplicaDigests(t *testing.T) {
+	t.Parallel() // two daemons and a fake; mostly waiting on them
+	s, tok := mustReplicaStore(t)
+	f := newFakeUpstream(t, upstreamtest.Switches{})
+	one, two := f.block("tracker"), f.block("tracker")+"\n"+f.block("desk")
+	file := func(text string) string {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "upstreams.toml")
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	pathB := file(two)
+	a := MustStartHTTP(t, httpConfig{store: s.named("writerd-a"), tokens: tok.file, args: []string{"--upstreams", file(one)}})
+	b := MustStartHTTP(t, httpConfig{store: s.named("writerd-b"), tokens: tok.file, args: []string{"--upstreams", pathB}})
+	digestOf := func(d *httpDaemon) string {
+		t.Helper()
+		for _, l := range strings.Split(d.stderr.String(), "\n") {
+			var line struct{ Msg, Upstreams_digest string }
+			if json.Unmarshal([]byte(l), &line) == nil && line.Msg == "config" {
+				return line.Upstreams_digest
+			}
+		}
+		t.Fatalf("no config line names the upstreams file's digest:\n%s", d.stderr)
+		return ""
+	}
+	da, db := digestOf(a), digestOf(b)
+	if da == "" || da == db {
+		t.Fatalf("digests %q and %q: want two", da, db)
+	}
+	// until polls d's /readyz and /metrics until the replicas check is
+	// in state and the gauge at digests: a replica reads the others'
+	// word at its own beats, 10s apart.
+	until := func(d *httpDaemon, state string, digests int) string {
+		t.Helper()
+		var last string
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			status, ready := mustReadyBody(t, d)
+			c := ready.Checks["replicas"]
+			m := d.Do("GET", "/metrics", "").body
+			last = fmt.Sprintf("/readyz %d %+v\n%s", status, ready, metricLines(m, "writerd_replica"))
+			if status != 200 || ready.Status != "ready" {
+				t.Fatalf("a replica unready over its digests: %s", last)
+			}
+			if c.State == state && strings.Contains(m, fmt.Sprintf("writerd_replica_config_digests %d\n", digests)) &&
+				strings.Contains(m, "writerd_replicas_seen 2\n") {
+				return c.Message
+			}
+		}
+		t.Fatalf("the replicas check never became %s with %d digests: %s", state, digests, last)
+		return ""
+	}
+	msg := until(b, "differ", 2)
+	for _, want := range []string{da + " on 1 replica", db + " on 1 replica", "2 different upstreams files"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the replicas check says %q; want it to hold %q", msg, want)
+		}
+	}
+	host, _ := os.Hostname()
+	if strings.Contains(msg, host) {
+		t.Errorf("the replicas check names a host: %q", msg)
+	}
+	until(a, "differ", 2)
+	for _, d := range []*httpDaemon{a, b} {
+		if !strings.Contains(d.stderr.String(), "replicas serve different upstreams files") {
+			t.Errorf("no WARN line says the replicas differ:\n%s", d.stderr)
+		}
+	}
+	mustWrite(t, a, tok.agent, "create_project", "digests-1", `{"name":"while they differ"}`, "")
+
+	if err := os.WriteFile(pathB, []byte(one), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if msg := until(b, "ok", 1); msg != "" {
+		t.Errorf("an ok replicas check says %q", msg)
+	}
+	until(a, "ok", 1)
+	mustWrite(t, b, tok.agent, "create_project", "digests-2", `{"name":"once they agree"}`, "")
+}
+
+// metricLines returns the lines of a /metrics body that start with
+// prefix, for a failure's message.
+func metricLines(body, prefix string) string {
+	var lines []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "\n")
+}

@@ -86,6 +86,9 @@ type Config struct {
 	// theirs are looked for (default a quarter of the lease).
 	Lease      time.Duration
 	SweepEvery time.Duration
+	// ReplicaBeat is how often the daemon tells its store it serves and
+	// reads which replicas do (default DefaultReplicaBeat; replicas.go).
+	ReplicaBeat time.Duration
 }
 
 // Daemon is writerd assembled: its store, the audit signing key, the
@@ -114,6 +117,7 @@ type Daemon struct {
 
 	upstreams       *upstreams         // nil without upstreams
 	upstreamMetrics *metrics.Upstreams // nil without upstreams: counts nothing
+	beat            *replicaBeat       // replicas.go
 }
 
 // KeyError is a failure to load or make the audit signing key.
@@ -220,6 +224,11 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 		d.upstreams = us
 	}
+	var digest string
+	if cfg.Upstreams != nil {
+		digest = cfg.Upstreams.Digest()
+	}
+	d.beat = newReplicaBeat(d.Pipeline.Owner(), cfg.ReplicaBeat, digest, cfg.Logger, metrics.NewReplicas(d.Registry))
 	d.Tools = len(d.Pipeline.Tools()) // the outcome tool New registers included
 	if len(cfg.Witnesses) > 0 {
 		if cfg.WitnessQuorum < 0 || cfg.WitnessQuorum > len(cfg.Witnesses) {
@@ -299,7 +308,7 @@ func (d *Daemon) Checks(ctx context.Context) []httpapi.ReadyCheck {
 	return append([]httpapi.ReadyCheck{
 		{Name: CheckStore, Err: store},
 		{Name: CheckSelfCheck, Err: d.refuseWrites()},
-	}, d.upstreams.checks()...)
+	}, append(d.upstreams.checks(), d.beat.check()...)...)
 }
 
 // noteRefusal logs, once per change of cause, an open store that refuses
@@ -444,6 +453,7 @@ func (d *Daemon) Run(ctx context.Context) {
 	// only this process opens, every one at once.
 	_, sole := s.(pipeline.Exclusive)
 	signing.Go(func() { d.Pipeline.RunTakeovers(ctx, d.sweepEvery(), sole) })
+	signing.Go(func() { d.beat.run(ctx, s) })
 	d.Pipeline.Run(ctx)
 	signing.Wait()
 }

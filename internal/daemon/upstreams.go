@@ -413,5 +413,9 @@ func (d *Daemon) ReloadUpstreams(cfg *upstream.Config) error {
 	if d.upstreams == nil {
 		return fmt.Errorf("writerd was started without an upstreams file")
 	}
-	return d.upstreams.reload(cfg)
+	if err := d.upstreams.reload(cfg); err != nil {
+		return err
+	}
+	d.beat.reloaded(cfg.Digest())
+	return nil
 }

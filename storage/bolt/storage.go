@@ -36,8 +36,9 @@ type Domain[D any] struct {
 // a transaction (boltstore.Bind for the built-in tools), so the stores of
 // a transaction are of one backend by construction.
 type Storage[D any] struct {
-	db     *DB
-	domain Domain[D]
+	db       *DB
+	domain   Domain[D]
+	replicas replicas // replicas.go
 }
 
 var _ pipeline.Store[any] = (*Storage[any])(nil)

@@ -6,10 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
 	"github.com/writerd/writerd/storage/bolt/bolttest"
 	"github.com/writerd/writerd/storage/postgres"
@@ -108,5 +110,36 @@ func TestPostgresUnsettledByItsIndex(t *testing.T) {
 	rows.Close()
 	if all := strings.Join(lines, "\n"); !strings.Contains(all, "idempotency_unsettled") {
 		t.Errorf("the plan of Unsettled does not read idempotency_unsettled:\n%s", all)
+	}
+}
+
+// Ensure the PostgreSQL store deletes the rows of replicas gone for a
+// day as another replica says it is seen, and only those: a fleet's
+// restarts, each a replica id of its own, do not pile rows up.
+func TestPostgresReplicasGone(t *testing.T) {
+	pgtest.URL(t)
+	url := pgtest.Database(t)
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, id := range []string{"gone", "quiet", "live"} {
+		if err := s.Seen(ctx, pipeline.Replica{ID: id, Host: "h:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgtest.Exec(t, url, "UPDATE writerd_replicas SET seen_at = seen_at - interval '25 hours' WHERE id = 'gone'")
+	pgtest.Exec(t, url, "UPDATE writerd_replicas SET seen_at = seen_at - interval '23 hours' WHERE id = 'quiet'")
+	if err := s.Seen(ctx, pipeline.Replica{ID: "live", Host: "h:1"}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.Replicas(ctx, 48*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].ID != "live" || rs[1].ID != "quiet" {
+		t.Fatalf("replicas %+v: want live and quiet, the one gone 25 hours deleted", rs)
 	}
 }

@@ -71,6 +71,7 @@ var Tests = []Test{
 	{"OriginRecordedOnce", "the store records its audit log's origin once, durably: none until claimed, and a second claim of another origin returns the first", testOrigin},
 	{"ClosedStoreUnavailable", "a closed store answers every transaction UNAVAILABLE, and a call with retry same_key", testClosed},
 	{"OneLeader", "of two stores open on the same data (two replicas), one at a time leads (signs the log and sends it to witnesses), however often each asks; once the leader closes, the other leads; a store alone leads (a backend one process holds refuses the second open)", testOneLeader},
+	{"ReplicasSeen", "the store tells the replicas serving on it: each one's latest word (its host and upstreams file digest) replaces its earlier, every replica lists every replica seen within a window once, by id, and one not seen within it is left out", testReplicasSeen},
 	{"ReadyAndCommits", "an open store is ready, and tells every commit with the writes it held", testReadyAndCommits},
 	{"BuiltinTools", "the built-in tools keep their rules on the backend's domain store: unique names as compared, renames, pages, locks, non-empty projects", testBuiltinTools},
 }
