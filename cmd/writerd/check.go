@@ -9,6 +9,8 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/handlers/upstream"
+	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -17,11 +19,12 @@ import (
 type CheckCommand struct {
 	Stdout, Stderr io.Writer
 
-	store    storeFlags
-	auditKey string
+	store     storeFlags
+	auditKey  string
+	upstreams string
 }
 
-const checkUsage = `usage: writerd check [--data DIR | --store URL] [--audit-key FILE]
+const checkUsage = `usage: writerd check [--data DIR | --store URL] [--audit-key FILE] [--upstreams FILE]
 
 Checks the database in a data directory, or with --store a PostgreSQL
 database (while replicas run), read-only (it creates and changes nothing),
@@ -52,7 +55,20 @@ What it checks:
     deleted by a later delete event);
   - on PostgreSQL, instead of the file's checks: the schema's version, the
     log's head against its events (no gap in the numbers), the stored tree
-    hashes against the tree's size, no checkpoint past the log.
+    hashes against the tree's size, no checkpoint past the log;
+  - with --upstreams FILE, the upstreams file, loaded exactly as serve
+    loads it (its references resolved; no secret is ever printed): a file
+    serve would refuse is one problem, the sentence serve says, naming
+    the line and the key; and, once it loads, each write to an upstream
+    still open in the store (pending, or of unknown outcome and not
+    resolved) whose tool the file does not export: a tool removed while
+    writes to it were in flight. Nothing can complete or re-drive such a
+    pending write, so a takeover records it unknown; an unknown one must
+    be looked up at the upstream that served it and resolved (writerd
+    outcome resolve). check never starts a stdio upstream nor connects to
+    one: what only the upstream's listing shows (a pin that no longer
+    matches, a schema writerd cannot enforce) and an exported name that is
+    one of writerd's own tools are found by serve, at start or at SIGHUP.
 
 Each flag may also be set in the environment as WRITERD_<FLAG>.
 
@@ -67,6 +83,10 @@ Examples:
 	# Check the database replicas share:
 	writerd check --store 'postgres://writerd@db.internal/writerd?sslmode=verify-full'
 
+	# Check an edited upstreams file before SIGHUP puts it in force, with
+	# the writes the replicas still have open:
+	writerd check --store 'postgres://writerd@db.internal/writerd?sslmode=verify-full' --upstreams /etc/writerd/upstreams.toml
+
 Flags:
 `
 
@@ -78,6 +98,7 @@ func (c *CheckCommand) flags() *flagSet {
 	fs := newFlagSet("writerd check", checkUsage, c.Stdout, c.Stderr)
 	c.store.define(fs)
 	fs.StringVar(&c.auditKey, "audit-key", "", "the daemon's key `file` (--audit-key), to check the checkpoints with and find the last one it signed (default: found as serve finds it; none with --store)")
+	fs.StringVar(&c.upstreams, "upstreams", "", "also check the upstreams `file` serve would load (--upstreams), and the open writes of tools it does not export")
 	return fs
 }
 
@@ -96,6 +117,19 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	// The upstreams file first, as serve reads it before the store: its
+	// problem is printed whatever becomes of the store's checks.
+	var up *upstream.Config
+	var upProblems []error
+	if c.upstreams != "" {
+		if c.upstreams, err = fs.path("upstreams", c.upstreams); err != nil {
+			return err
+		}
+		if up, err = loadUpstreams(c.upstreams); err != nil {
+			upProblems = append(upProblems, err)
+			fmt.Fprintln(c.Stdout, err)
+		}
+	}
 	s, err := daemon.OpenReadOnly(store)
 	var damaged *daemon.DamagedError
 	switch {
@@ -109,7 +143,7 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 		for _, p := range damaged.Problems {
 			fmt.Fprintln(c.Stdout, p)
 		}
-		fmt.Fprintf(c.Stdout, "writerd check: %s: the file is damaged, so the checks that need it mapped did not run.\n", count(len(damaged.Problems), "problem"))
+		fmt.Fprintf(c.Stdout, "writerd check: %s: the file is damaged, so the checks that need it mapped did not run.\n", count(len(upProblems)+len(damaged.Problems), "problem"))
 		return errProblems
 	case err != nil:
 		return c.store.namePath(fmt.Errorf("the store cannot be opened: %w", err))
@@ -130,6 +164,20 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("the store cannot be read: %w", err)
 	}
 	problems = append(problems, damage...)
+	if up != nil {
+		open, err := openWritesOfRemovedTools(ctx, s, up)
+		if err != nil {
+			return fmt.Errorf("the store cannot be read: %w", err)
+		}
+		problems = append(problems, open...)
+	}
+	what := checked + " and " + count(int(events), "audit event")
+	switch {
+	case up != nil:
+		what = fmt.Sprintf("%s, %s and <upstreams> (%s, %s)", checked, count(int(events), "audit event"), count(len(up.Upstreams), "upstream"), count(upTools(up), "tool"))
+	case c.upstreams != "":
+		what = checked + ", " + count(int(events), "audit event") + " and <upstreams>"
+	}
 	const most = 1000
 	for i, p := range problems {
 		if i == most {
@@ -138,12 +186,52 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintln(c.Stdout, p)
 	}
-	if len(problems) > 0 {
-		fmt.Fprintf(c.Stdout, "writerd check: %s in %s and %s.\n", count(len(problems), "problem"), checked, count(int(events), "audit event"))
+	if n := len(upProblems) + len(problems); n > 0 {
+		fmt.Fprintf(c.Stdout, "writerd check: %s in %s.\n", count(n, "problem"), what)
 		return errProblems
 	}
-	fmt.Fprintf(c.Stdout, "writerd check: no problems in %s and %s.\n", checked, count(int(events), "audit event"))
+	fmt.Fprintf(c.Stdout, "writerd check: no problems in %s.\n", what)
 	return nil
+}
+
+// openWritesOfRemovedTools returns a problem for each write to an upstream
+// still open in s (pending, or unknown and not resolved) whose tool up
+// does not export: a tool the operator removed while writes to it were in
+// flight. It reads the store's index of open writes, never every record.
+func openWritesOfRemovedTools(ctx context.Context, s daemon.Store, up *upstream.Config) ([]error, error) {
+	exported := map[string]bool{}
+	for _, u := range up.Upstreams {
+		for _, t := range u.Tools {
+			exported[t.Export] = true
+		}
+	}
+	var problems []error
+	err := s.View(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+		problems = problems[:0]
+		return tx.Keys().Unsettled(func(r *idempotency.Record) error {
+			switch {
+			case exported[r.Tool]:
+			case r.State == idempotency.Pending:
+				problems = append(problems, fmt.Errorf("idempotency record %s/%s is a pending write of %s, which <upstreams> does not export: "+
+					"nothing can complete or re-drive it, so the next takeover records its outcome unknown; export the tool again first to let writerd settle it",
+					r.Principal, r.Key, r.Tool))
+			default:
+				problems = append(problems, fmt.Errorf("idempotency record %s/%s is a write of %s of unknown outcome, which <upstreams> does not export: "+
+					"find at its upstream whether it took effect, then record that with writerd outcome resolve", r.Principal, r.Key, r.Tool))
+			}
+			return nil
+		})
+	})
+	return problems, err
+}
+
+// upTools counts the tools up exports.
+func upTools(up *upstream.Config) int {
+	n := 0
+	for _, u := range up.Upstreams {
+		n += len(u.Tools)
+	}
+	return n
 }
 
 // checkLog runs the audit log's self-check over the whole log, as serve's
