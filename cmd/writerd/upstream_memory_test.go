@@ -192,10 +192,20 @@ func TestUpstream_GuideBlock(t *testing.T) {
 }
 
 // Ensure the MCP Inspector's CLI calls server-memory's writes through
-// writerd over stdio: it is offered writerd's tools, its call runs once,
-// and the same call again replays without a second write in the graph.
+// writerd, over stdio and over Streamable HTTP with a bearer token: it is
+// offered writerd's tools, its call runs once, and the same call again
+// replays without a second write in the graph.
 func TestUpstream_Inspector(t *testing.T) {
 	t.Parallel() // its own processes and directories
+	for _, mode := range []string{"stdio", "http"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testInspector(t, mode)
+		})
+	}
+}
+
+func testInspector(t *testing.T, mode string) {
 	dir := t.TempDir()
 	argv, env := memorytest.Command(t, dir)
 	inspector := memorytest.InspectorCommand(t)
@@ -208,17 +218,30 @@ func TestUpstream_Inspector(t *testing.T) {
 	}
 	data := t.TempDir()
 	store := testStore{Dir: data}
+	// The server the Inspector is given: writerd's argv over stdio, or
+	// the URL of a daemon of the test's and its header over HTTP.
+	server := func() []string { return []string{binary, "serve", "--stdio", "--data", data, "--upstreams", file} }
+	var d *httpDaemon
+	if mode == "http" {
+		tok := mustAuditTokens(t)
+		d = MustStartHTTP(t, httpConfig{dir: data, tokens: tok.file, args: []string{"--upstreams", file}})
+		server = func() []string {
+			return []string{d.url + "/mcp", "--transport", "http", "--header", "Authorization: Bearer " + tok.agent}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	run := func(args ...string) []byte {
 		t.Helper()
 		cmdline := slices.Clone(inspector)
-		for _, kv := range store.env(t) {
-			if strings.HasPrefix(kv, "XDG_CONFIG_HOME=") || strings.HasPrefix(kv, "HOME=") {
-				cmdline = append(cmdline, "-e", kv)
+		if mode == "stdio" {
+			for _, kv := range store.env(t) {
+				if strings.HasPrefix(kv, "XDG_CONFIG_HOME=") || strings.HasPrefix(kv, "HOME=") {
+					cmdline = append(cmdline, "-e", kv)
+				}
 			}
 		}
-		cmdline = append(cmdline, binary, "serve", "--stdio", "--data", data, "--upstreams", file)
+		cmdline = append(cmdline, server()...)
 		cmd := exec.CommandContext(ctx, cmdline[0], append(cmdline[1:], args...)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -259,6 +282,9 @@ func TestUpstream_Inspector(t *testing.T) {
 	graph, err := os.ReadFile(memorytest.File(dir))
 	if err != nil || strings.Count(string(graph), `"Inspected"`) != 1 {
 		t.Fatalf("the graph holds %q (%v), want the entity once", graph, err)
+	}
+	if d != nil {
+		d.Stop()
 	}
 	s := MustOpenStore(t, store)
 	if evs := s.eventsFor("insp-key-0001"); len(evs) != 1 || evs[0].Outcome != auditlog.OK {
