@@ -67,8 +67,9 @@ What it checks:
     be looked up at the upstream that served it and resolved (writerd
     outcome resolve). check never starts a stdio upstream nor connects to
     one: what only the upstream's listing shows (a pin that no longer
-    matches, a schema writerd cannot enforce) and an exported name that is
-    one of writerd's own tools are found by serve, at start or at SIGHUP.
+    matches, a schema writerd cannot enforce) is found by serve, at start
+    or at SIGHUP; an exported name that is one of writerd's own tools is
+    a problem, in serve's sentence.
 
 Each flag may also be set in the environment as WRITERD_<FLAG>.
 
@@ -125,7 +126,12 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 		if c.upstreams, err = fs.path("upstreams", c.upstreams); err != nil {
 			return err
 		}
-		if up, err = loadUpstreams(c.upstreams); err != nil {
+		if up, err = loadUpstreams(c.upstreams); err == nil {
+			if err = daemon.ClashWithOwnTools(up); err != nil {
+				up = nil
+			}
+		}
+		if err != nil {
 			upProblems = append(upProblems, err)
 			fmt.Fprintln(c.Stdout, err)
 		}

@@ -293,3 +293,32 @@ func testCheckUnsettled(t *testing.T, kind storeKind, f *fakeUpstream, both, clo
 	mustRunOK(t, runConfig{env: ts.env(t)}, append([]string{"outcome", "resolve", "--principal", "local", "--key", key, "--not-applied"}, ts.storeFlags()...)...)
 	mustPass("of the resolved write with the file that no longer exports its tool", check(closeOnly))
 }
+
+// Ensure writerd check --upstreams refuses, in serve's sentence, a file
+// that exports an upstream's tool under the name of one of writerd's own
+// tools, which serve refuses at start.
+func TestCheck_UpstreamsExportClash(t *testing.T) {
+	t.Parallel() // its own directories and processes
+	dir := mustWrittenStore(t, 1)
+	tr := newCheckTrap(t)
+	good, err := os.ReadFile(tr.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "upstreams.toml")
+	if err := os.WriteFile(file, []byte(strings.Replace(string(good), `kind = "read"`, "kind = \"read\"\nexport = \"get_write_outcome\"", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"WRITERD_TEST_TRACKER_SECRET=" + upstreamSecret}
+	const want = "is exported as get_write_outcome, which is the name of one of writerd's own tools; set its export to another name"
+	served := mustRunWith(t, runConfig{env: env}, "serve", "--stdio", "--data", t.TempDir(), "--upstreams", file)
+	if served.code == 0 || !strings.Contains(served.stderr, want) {
+		t.Fatalf("serve: exit %d, stderr %q: want it refused, saying %q", served.code, served.stderr, want)
+	}
+	r := mustRunWith(t, runConfig{env: env}, "check", "--data", dir, "--upstreams", file)
+	if r.code != 1 || !strings.Contains(r.stdout, want+"\n") || !strings.Contains(r.stdout, "writerd check: 1 problem in ") {
+		t.Fatalf("check: exit %d, stdout %q, stderr %q; want exit 1 and the sentence %q", r.code, r.stdout, r.stderr, want)
+	}
+	mustNotFault(t, r.stderr)
+	tr.mustNotHaveRun(t)
+}

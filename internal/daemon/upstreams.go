@@ -126,14 +126,30 @@ func (us *upstreams) clash(cfg *upstream.Config, old []*link) error {
 			owned[t.Export] = true
 		}
 	}
+	return clashWith(cfg, func(name string) bool { return !owned[name] && us.p.Tool(name) != nil })
+}
+
+// clashWith refuses an exported name of cfg that taken says is taken.
+func clashWith(cfg *upstream.Config, taken func(name string) bool) error {
 	for _, u := range cfg.Upstreams {
 		for _, t := range u.Tools {
-			if !owned[t.Export] && us.p.Tool(t.Export) != nil {
+			if taken(t.Export) {
 				return fmt.Errorf("the upstream %s's tool %s is exported as %s, which is the name of one of writerd's own tools; set its export to another name", u.Name, t.Name, t.Export)
 			}
 		}
 	}
 	return nil
+}
+
+// ClashWithOwnTools refuses, as serve does at start, an exported name of
+// cfg that is one of writerd's own tools (the built-in ones and the
+// pipeline's outcome tools): for writerd check, which starts no daemon.
+func ClashWithOwnTools(cfg *upstream.Config) error {
+	own := map[string]bool{pipeline.OutcomeToolName: true, pipeline.ResolveToolName: true}
+	for _, t := range handlers.Tools() {
+		own[t.Name] = true
+	}
+	return clashWith(cfg, func(name string) bool { return own[name] })
 }
 
 // start starts a client for each upstream, its listings kept until its
