@@ -86,9 +86,6 @@ type Config struct {
 	// theirs are looked for (default a quarter of the lease).
 	Lease      time.Duration
 	SweepEvery time.Duration
-	// ReplicaBeat is how often the daemon tells its store it serves and
-	// reads which replicas do (default DefaultReplicaBeat; replicas.go).
-	ReplicaBeat time.Duration
 }
 
 // Daemon is writerd assembled: its store, the audit signing key, the
@@ -228,7 +225,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Upstreams != nil {
 		digest = cfg.Upstreams.Digest()
 	}
-	d.beat = newReplicaBeat(d.Pipeline.Owner(), cfg.ReplicaBeat, digest, cfg.Logger, metrics.NewReplicas(d.Registry))
+	d.beat = newReplicaBeat(d.Pipeline.Owner(), ReplicaBeat, digest, cfg.Logger, metrics.NewReplicas(d.Registry))
 	d.Tools = len(d.Pipeline.Tools()) // the outcome tool New registers included
 	if len(cfg.Witnesses) > 0 {
 		if cfg.WitnessQuorum < 0 || cfg.WitnessQuorum > len(cfg.Witnesses) {

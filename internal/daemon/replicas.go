@@ -17,12 +17,12 @@ import (
 	"github.com/writerd/writerd/pipeline"
 )
 
-// DefaultReplicaBeat is how often a daemon tells its store it serves, and
-// reads which replicas do; one not seen for replicaWindow beats is taken
-// for gone.
+// ReplicaBeat is how often a daemon tells its store it serves, and reads
+// which replicas do; one not seen for replicaWindow beats is taken for
+// gone.
 const (
-	DefaultReplicaBeat = 10 * time.Second
-	replicaWindow      = 3
+	ReplicaBeat   = 10 * time.Second
+	replicaWindow = 3
 )
 
 // CheckReplicas names /readyz's advisory check of the replicas' configs.
@@ -48,9 +48,6 @@ type replicaBeat struct {
 }
 
 func newReplicaBeat(id string, every time.Duration, config string, log *slog.Logger, m *metrics.Replicas) *replicaBeat {
-	if every <= 0 {
-		every = DefaultReplicaBeat
-	}
 	host, _ := os.Hostname()
 	return &replicaBeat{id: id, host: host + ":" + strconv.Itoa(os.Getpid()), every: every, log: log, m: m,
 		poke: make(chan struct{}, 1), config: config}

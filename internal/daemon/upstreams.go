@@ -142,14 +142,16 @@ func clashWith(cfg *upstream.Config, taken func(name string) bool) error {
 }
 
 // ClashWithOwnTools refuses, as serve does at start, an exported name of
-// cfg that is one of writerd's own tools (the built-in ones and the
-// pipeline's outcome tools): for writerd check, which starts no daemon.
+// cfg that is one of writerd's own tools: for writerd check, which starts
+// no daemon. The tools are those of a pipeline assembled as Open
+// assembles it (the built-in ones and those every pipeline answers),
+// never run.
 func ClashWithOwnTools(cfg *upstream.Config) error {
-	own := map[string]bool{pipeline.OutcomeToolName: true, pipeline.ResolveToolName: true}
-	for _, t := range handlers.Tools() {
-		own[t.Name] = true
+	p := pipeline.New(pipeline.Config[handlers.Store]{})
+	if err := p.Register(handlers.Tools()...); err != nil {
+		return err
 	}
-	return clashWith(cfg, func(name string) bool { return own[name] })
+	return clashWith(cfg, func(name string) bool { return p.Tool(name) != nil })
 }
 
 // start starts a client for each upstream, its listings kept until its
