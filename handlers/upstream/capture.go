@@ -15,7 +15,9 @@ import (
 // notifications/cancelled is answered 202 without being sent; a POST
 // that holds a call bound to a slot has its answer's body read as the
 // SDK reads it (one JSON message, or an SSE stream), and the response to
-// the call, as it arrived, kept in the slot before the SDK sees it.
+// the call, as it arrived, kept in the slot before the SDK sees it (a
+// JSON answer to tools/call is then handed to the SDK with a stub result:
+// see stubbed).
 type captureTransport struct {
 	next    http.RoundTripper
 	dropped *atomic.Int64
@@ -25,20 +27,17 @@ func (t *captureTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if req.Method != http.MethodPost || req.Body == nil || req.Body == http.NoBody {
 		return t.next.RoundTrip(req)
 	}
-	body, err := io.ReadAll(req.Body)
-	req.Body.Close()
+	body, out, err := requestBody(req)
 	if err != nil {
 		return nil, err
 	}
-	out := req.Clone(req.Context())
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	msg, err := peek(body)
 	if err != nil || !msg.request {
 		return t.next.RoundTrip(out)
 	}
 	r := &jsonrpc.Request{ID: msg.id, Method: msg.method}
 	if !r.IsCall() && r.Method == "notifications/cancelled" {
+		out.Body.Close() // never sent; a RoundTripper closes the body
 		t.dropped.Add(1)
 		return &http.Response{
 			Status: "202 Accepted", StatusCode: http.StatusAccepted,
@@ -55,42 +54,103 @@ func (t *captureTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return resp, err
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	resp.Body = &scanBody{ReadCloser: resp.Body, sse: ct == "text/event-stream", id: r.ID, slot: s}
+	if ct == "text/event-stream" {
+		resp.Body = &scanBody{ReadCloser: resp.Body, id: r.ID, slot: s}
+		return resp, nil
+	}
+	resp.Body = readJSON(resp.Body, r.ID, s)
 	return resp, nil
 }
+
+// requestBody returns the bytes of req's body and the request to send: req
+// itself when its body can be had again (the SDK's requests are made from
+// bytes, which net/http can read twice), else a clone with the bytes read.
+func requestBody(req *http.Request) ([]byte, *http.Request, error) {
+	if req.GetBody != nil && req.ContentLength > 0 && req.ContentLength <= maxMessage {
+		rc, err := req.GetBody()
+		if err == nil {
+			body := make([]byte, req.ContentLength)
+			_, err = io.ReadFull(rc, body)
+			rc.Close()
+			if err == nil {
+				return body, req, nil
+			}
+		}
+	}
+	body, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	out := req.Clone(req.Context())
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return body, out, nil
+}
+
+// readJSON reads a JSON answer's body whole, as the SDK would at once,
+// and returns the body the SDK is to read: the call's response with the
+// stub result once it is kept in the slot (see stubbed), else the bytes
+// as they came, followed by the read's error if there was one. A body
+// over the bound is not kept: the slot is told, and the SDK reads it all.
+func readJSON(body io.ReadCloser, id jsonrpc.ID, s *slot) io.ReadCloser {
+	data, err := io.ReadAll(io.LimitReader(body, maxMessage+1))
+	switch {
+	case err != nil:
+		body.Close()
+		return io.NopCloser(io.MultiReader(bytes.NewReader(data), errReader{err}))
+	case len(data) > maxMessage:
+		s.mu.Lock()
+		s.huge = true
+		s.mu.Unlock()
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(data), body), body}
+	}
+	body.Close()
+	if m, err := peek(data); err == nil && !m.request && m.id == id {
+		resp := m.response()
+		s.keep(resp)
+		if s.method == "tools/call" && resp.Error == nil {
+			if out, err := jsonrpc.EncodeMessage(stubbed(resp)); err == nil {
+				return io.NopCloser(bytes.NewReader(out))
+			}
+		}
+	}
+	return io.NopCloser(bytes.NewReader(data))
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // maxMessage bounds one message read for a slot, as the SDK bounds one
 // server-sent event (mcp.DefaultMaxEventSize is its default).
 const maxMessage = maxLine
 
-// scanBody reads an answer's body for the response to one call.
+// scanBody reads an event stream's body for the response to one call, as
+// the SDK reads it, passing every byte on.
 type scanBody struct {
 	io.ReadCloser
-	sse  bool
 	id   jsonrpc.ID
 	slot *slot
 
 	done bool   // the response was found, or the body overflowed
-	line []byte // SSE: the line being read; JSON: the whole body
-	data []byte // SSE: the event's data
+	line []byte // the line being read
+	data []byte // the event's data
 }
 
 func (b *scanBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if !b.done {
 		b.feed(p[:n])
-		if err == io.EOF && !b.sse {
-			b.found(b.line)
-		}
 	}
 	return n, err
 }
 
 func (b *scanBody) feed(p []byte) {
-	if !b.sse {
-		b.grow(&b.line, p)
-		return
-	}
 	for len(p) > 0 && !b.done {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
@@ -142,11 +202,6 @@ func (b *scanBody) found(msg []byte) {
 	if err != nil || m.request || m.id != b.id {
 		return
 	}
-	resp := &jsonrpc.Response{ID: m.id, Result: m.result}
-	if m.code != nil {
-		// Its code alone: the upstream's message is never kept.
-		resp.Error, resp.Result = &jsonrpc.Error{Code: *m.code}, nil
-	}
-	b.slot.keep(resp)
+	b.slot.keep(m.response())
 	b.done = true
 }

@@ -105,11 +105,16 @@ func textOf(t testing.TB, a *Answer) string {
 }
 
 // transports runs a test against the test server over stdio and over
-// Streamable HTTP.
+// Streamable HTTP, its answers event streams and, as http-json, JSON
+// bodies (which the capture reads otherwise).
 func transports(t *testing.T, f func(t *testing.T, ep Endpoint)) {
 	t.Run("stdio", func(t *testing.T) { f(t, stdioEndpoint(t, "server")) })
 	t.Run("http", func(t *testing.T) {
 		u := startHTTP(t)
+		f(t, Endpoint{Name: "http-test", URL: u.ts.URL, Timeout: time.Minute})
+	})
+	t.Run("http-json", func(t *testing.T) {
+		u := startHTTPWith(t, &mcp.StreamableHTTPOptions{JSONResponse: true})
 		f(t, Endpoint{Name: "http-test", URL: u.ts.URL, Timeout: time.Minute})
 	})
 }
@@ -359,5 +364,36 @@ func TestHTTP_Headers(t *testing.T) {
 		if a != "Bearer t0ken" {
 			t.Fatalf("request %d: Authorization %q", i, a)
 		}
+	}
+}
+
+// BenchmarkCall measures one call through a Client to the test server's
+// echo tool, over each transport: writerd's side of a write's call (the
+// SDK's client, the capture of the wire) and the test server's. Run with
+// -benchmem: a call's result is read once, by the capture, and the SDK
+// handed a stub (see stubbed).
+func BenchmarkCall(b *testing.B) {
+	eps := map[string]func(b *testing.B) Endpoint{
+		"stdio": func(b *testing.B) Endpoint { return stdioEndpoint(b, "server") },
+		"http": func(b *testing.B) Endpoint {
+			return Endpoint{Name: "http-test", URL: startHTTP(b).ts.URL, Timeout: time.Minute}
+		},
+		"http-json": func(b *testing.B) Endpoint {
+			u := startHTTPWith(b, &mcp.StreamableHTTPOptions{JSONResponse: true})
+			return Endpoint{Name: "http-test", URL: u.ts.URL, Timeout: time.Minute}
+		},
+	}
+	for _, name := range []string{"stdio", "http", "http-json"} {
+		b.Run(name, func(b *testing.B) {
+			w := newWatch()
+			c := MustStart(b, eps[name](b), w.opts(), w)
+			args := json.RawMessage(`{"title":"Bench","body":"` + strings.Repeat("b", 300) + `"}`)
+			b.ReportAllocs()
+			for b.Loop() {
+				if a := c.Call(context.Background(), "echo", args, nil); a.End != EndAnswered {
+					b.Fatalf("end = %s (%v)", a.End, a.Cause)
+				}
+			}
+		})
 	}
 }

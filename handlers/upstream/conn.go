@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -120,20 +121,43 @@ func (w *wire) outgoing(ctx context.Context, msg jsonrpc.Message) (drop bool) {
 	return false
 }
 
-// incoming sees a message as read, before the SDK does: a response to a
-// bound request is kept in its slot.
-func (w *wire) incoming(msg jsonrpc.Message) {
-	resp, ok := msg.(*jsonrpc.Response)
-	if !ok {
-		return
+// incoming reads one message, before the SDK does: a response to a bound
+// request is kept in its slot as it arrived, and the message the SDK is
+// to see is returned. For the response to a call, that is the response
+// with a stub result (see stubbed): Client.call answers from the slot.
+func (w *wire) incoming(data []byte) (jsonrpc.Message, error) {
+	if m, err := peek(data); err == nil && !m.request {
+		w.mu.Lock()
+		s := w.byID[m.id]
+		delete(w.byID, m.id)
+		w.mu.Unlock()
+		if s != nil {
+			resp := m.response()
+			s.keep(resp)
+			if s.method == "tools/call" {
+				return stubbed(resp), nil
+			}
+		}
 	}
-	w.mu.Lock()
-	s := w.byID[resp.ID]
-	delete(w.byID, resp.ID)
-	w.mu.Unlock()
-	if s != nil {
-		s.keep(resp)
+	return jsonrpc.DecodeMessage(data)
+}
+
+// stubResult is the result the SDK is handed for a call whose response
+// its slot kept. Client.call reads the kept bytes and never the SDK's
+// decoding of them, which would cost a decoded CallToolResult, and 32
+// KiB the SDK's decoder allocates for each value it decodes, for every
+// content block: at many calls a second, a good part of writerd's CPU
+// (docs/PERFORMANCE.md). The client's multi-round-trip handling is off
+// (supervise), so nothing in the SDK acts on a call's result.
+var stubResult = json.RawMessage(`{"content":[]}`)
+
+// stubbed is resp with the stub result, or resp itself when it carries
+// an error (its code alone, as kept).
+func stubbed(resp *jsonrpc.Response) *jsonrpc.Response {
+	if resp.Error != nil {
+		return resp
 	}
+	return &jsonrpc.Response{ID: resp.ID, Result: stubResult}
 }
 
 // forget unbinds a slot whose call has ended without an answer.
@@ -191,12 +215,7 @@ func (c *lineConn) Read(context.Context) (jsonrpc.Message, error) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		msg, err := jsonrpc.DecodeMessage(line)
-		if err != nil {
-			return nil, err
-		}
-		c.wire.incoming(msg)
-		return msg, nil
+		return c.wire.incoming(line)
 	}
 }
 

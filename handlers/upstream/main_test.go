@@ -280,11 +280,15 @@ func (u *httpUpstream) forgetSessions() {
 }
 
 // startHTTP starts the test server over Streamable HTTP.
-func startHTTP(t testing.TB) *httpUpstream {
+func startHTTP(t testing.TB) *httpUpstream { return startHTTPWith(t, nil) }
+
+// startHTTPWith is startHTTP with the SDK handler's options (JSONResponse:
+// each answer one application/json body, which the capture reads whole).
+func startHTTPWith(t testing.TB, opts *mcp.StreamableHTTPOptions) *httpUpstream {
 	t.Helper()
 	u := &httpUpstream{}
 	u.testServer = newTestServer(func() { u.ts.CloseClientConnections() })
-	u.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.server }, nil)
+	u.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.server }, opts)
 	u.ts = httptest.NewServer(u)
 	t.Cleanup(u.ts.Close)
 	t.Cleanup(u.releaseAll)

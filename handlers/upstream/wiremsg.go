@@ -76,3 +76,12 @@ func peek(data []byte) (*peeked, error) {
 	}
 	return p, nil
 }
+
+// response is a peeked response as the SDK's jsonrpc.Response: its error,
+// if it has one, by its code alone (the upstream's message is never kept).
+func (p *peeked) response() *jsonrpc.Response {
+	if p.code != nil {
+		return &jsonrpc.Response{ID: p.id, Error: &jsonrpc.Error{Code: *p.code}}
+	}
+	return &jsonrpc.Response{ID: p.id, Result: p.result}
+}
