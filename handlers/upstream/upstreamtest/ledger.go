@@ -83,22 +83,34 @@ type Ticket struct {
 // hex, of the RFC 8785 canonical form of the arguments object without the
 // member keyArg ("" leaves nothing out).
 func ArgsDigest(args json.RawMessage, keyArg string) (string, error) {
-	if len(bytes.TrimSpace(args)) == 0 {
-		args = json.RawMessage("{}")
-	}
-	if keyArg != "" {
-		var m map[string]json.RawMessage
+	var m map[string]json.RawMessage
+	if keyArg != "" && len(bytes.TrimSpace(args)) > 0 {
 		if err := json.Unmarshal(args, &m); err != nil {
 			return "", fmt.Errorf("arguments: %w", err)
 		}
-		if _, ok := m[keyArg]; ok {
-			delete(m, keyArg)
-			b, err := json.Marshal(m)
-			if err != nil {
-				return "", err
+	}
+	return ArgsDigestOf(args, m, keyArg)
+}
+
+// ArgsDigestOf is ArgsDigest of args whose members m already holds
+// decoded (nil when keyArg is ""): the fake decodes a call's arguments
+// once.
+func ArgsDigestOf(args json.RawMessage, m map[string]json.RawMessage, keyArg string) (string, error) {
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = json.RawMessage("{}")
+	}
+	if _, ok := m[keyArg]; ok && keyArg != "" {
+		rest := make(map[string]json.RawMessage, len(m)-1)
+		for k, v := range m {
+			if k != keyArg {
+				rest[k] = v
 			}
-			args = b
 		}
+		b, err := json.Marshal(rest)
+		if err != nil {
+			return "", err
+		}
+		args = b
 	}
 	c, err := digest.Canonical(args)
 	if err != nil {

@@ -247,8 +247,8 @@ func ReadSwitches(ledger string) (s Switches, ok bool, err error) {
 }
 
 // SetSwitches puts switches in force for every instance of a ledger: it
-// replaces the control file (the next call of any instance reads it), then
-// tells each running instance to reload now, and returns once each has
+// replaces the control file (an instance that starts reads it), then
+// tells each running instance to reload it now, and returns once each has
 // (a changed definition is then in place, and its
 // notifications/tools/list_changed on its way to connected clients). An
 // instance that has gone is forgotten.

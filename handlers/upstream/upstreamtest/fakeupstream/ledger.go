@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/writerd/writerd/handlers/upstream/upstreamtest"
 )
 
@@ -37,13 +39,14 @@ type ledger struct {
 
 // op is one call's turn at the ledger: run sees the state (under the
 // lock, caught up) and returns the entry to append, or nil if nothing
-// executed; its answer is the result to send.
+// executed, and its answer.
 type op struct {
 	key, digest string
-	run         func(l *ledger) (*upstreamtest.Entry, json.RawMessage, error)
+	run         func(l *ledger) (*upstreamtest.Entry, *mcp.CallToolResult, error)
 
-	replay bool            // answered from the ledger
-	result json.RawMessage // the answer
+	replay bool                // answered from the ledger: result, as first sent
+	answer *mcp.CallToolResult // the answer made now (nil for a replay)
+	result json.RawMessage     // the answer, as the ledger keeps it
 	entry  *upstreamtest.Entry
 	err    error
 	done   chan struct{}
@@ -119,18 +122,24 @@ func (l *ledger) commit(batch []*op) {
 		if o.key != "" {
 			if e, ok := l.keys[o.key]; ok {
 				if e.ArgsDigest != o.digest {
-					o.result, o.err = refusal("This idempotency key was already used with other arguments.")
+					o.answer, o.err = refusal("This idempotency key was already used with other arguments.")
 				} else {
 					o.replay, o.result = true, e.Result
 				}
 				continue
 			}
 		}
-		e, res, err := o.run(l)
-		o.result, o.err = res, err
+		e, answer, err := o.run(l)
+		o.answer, o.err = answer, err
 		if e == nil || err != nil {
 			continue
 		}
+		res, err := json.Marshal(answer)
+		if err != nil {
+			o.err = err
+			continue
+		}
+		o.result = res
 		e.Time = time.Now().UTC()
 		e.UpstreamKey, e.ArgsDigest, e.AttemptID, e.Instance = o.key, o.digest, newID(), os.Getpid()
 		e.Result = res

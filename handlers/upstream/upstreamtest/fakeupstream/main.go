@@ -34,6 +34,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -49,11 +50,15 @@ type fake struct {
 
 	mu   sync.Mutex
 	defs []*mcp.Tool // the definitions in force
+	sw   atomic.Pointer[upstreamtest.Switches]
 }
 
-// switches are those in force: the control file's if there is one, else
-// the flags'.
-func (f *fake) switches() upstreamtest.Switches {
+// switches are those in force, as define last read them.
+func (f *fake) switches() upstreamtest.Switches { return *f.sw.Load() }
+
+// readSwitches reads the switches: the control file's if there is one,
+// else the flags'.
+func (f *fake) readSwitches() upstreamtest.Switches {
 	sw, ok, err := upstreamtest.ReadSwitches(f.ledger.path)
 	if err != nil {
 		log.Printf("control: %v", err)
@@ -64,12 +69,20 @@ func (f *fake) switches() upstreamtest.Switches {
 	return sw
 }
 
-// define puts the switches' definitions in force: a changed tool is
-// replaced, which the SDK follows with notifications/tools/list_changed.
+// define reads the switches and puts them in force, with their
+// definitions: a changed tool is replaced, which the SDK follows with
+// notifications/tools/list_changed. It runs at the start, once the fake
+// is registered, and at each POST /reload, which SetSwitches and
+// ClearSwitches send every registered instance after changing the
+// control file: so that a call reads no file (at writerd bench's rate,
+// reading the control file at each call was a good part of the fake's
+// CPU).
 func (f *fake) define() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	defs := definitions(f.switches())
+	sw := f.readSwitches()
+	f.sw.Store(&sw)
+	defs := definitions(sw)
 	for i, t := range defs {
 		if f.defs != nil && reflect.DeepEqual(marshal(t), marshal(f.defs[i])) {
 			continue
@@ -126,13 +139,14 @@ func main() {
 	f.server = mcp.NewServer(&mcp.Implementation{Name: "fakeupstream", Version: "1.0.0"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
-	f.define()
-
+	// Registered first, then defined: a SetSwitches that the
+	// registration misses wrote its control file before define reads it.
 	unregister, err := f.serveControl()
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer unregister()
+	f.define()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

@@ -170,26 +170,25 @@ const (
 // a 1×1 PNG.
 var png1 = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82")
 
-func refusal(text string) (json.RawMessage, error) {
-	return json.Marshal(&mcp.CallToolResult{
+func refusal(text string) (*mcp.CallToolResult, error) {
+	return &mcp.CallToolResult{
 		IsError: true,
 		Content: []mcp.Content{&mcp.TextContent{Text: upstreamtest.Secret + ": " + text}},
-	})
+	}, nil
 }
 
-func ticketResult(t *upstreamtest.Ticket) (json.RawMessage, error) {
-	sc := obj{"ticket": t}
-	b, err := json.Marshal(sc)
+func ticketResult(t *upstreamtest.Ticket) (*mcp.CallToolResult, error) {
+	b, err := json.Marshal(obj{"ticket": t})
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(&mcp.CallToolResult{
+	return &mcp.CallToolResult{
 		Content:           []mcp.Content{&mcp.TextContent{Text: string(b)}},
 		StructuredContent: json.RawMessage(b),
-	})
+	}, nil
 }
 
-// handler is a tool's handler, its switches read at each call.
+// handler is a tool's handler, under the switches in force at each call.
 func (f *fake) handler(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		sw := f.switches()
@@ -224,16 +223,18 @@ func (f *fake) handler(name string) mcp.ToolHandler {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "arguments: " + err.Error()}
 		}
 		key, keyArg := "", ""
+		var m map[string]json.RawMessage
 		switch sw.Keys {
 		case upstreamtest.KeysArgument:
 			keyArg = sw.KeyArgName()
-			var m map[string]json.RawMessage
-			json.Unmarshal(raw, &m)
+			if err := json.Unmarshal(raw, &m); err != nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "arguments: " + err.Error()}
+			}
 			json.Unmarshal(m[keyArg], &key)
 		case upstreamtest.KeysMeta:
 			key, _ = req.Params.Meta[sw.KeyMetaName()].(string)
 		}
-		d, err := upstreamtest.ArgsDigest(raw, keyArg)
+		d, err := upstreamtest.ArgsDigestOf(raw, m, keyArg)
 		if err != nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "arguments: " + err.Error()}
 		}
@@ -249,23 +250,33 @@ func (f *fake) handler(name string) mcp.ToolHandler {
 		var o *op
 		if name == "get_ticket" {
 			o = &op{}
-			if err := f.ledger.read(func(l *ledger) { _, o.result, o.err = f.exec(l, name, a, meta, asked) }); err != nil {
+			if err := f.ledger.read(func(l *ledger) { _, o.answer, o.err = f.exec(l, name, a, meta, asked) }); err != nil {
 				return nil, err
 			}
 		} else {
-			o = f.ledger.do(&op{key: key, digest: d, run: func(l *ledger) (*upstreamtest.Entry, json.RawMessage, error) {
+			o = f.ledger.do(&op{key: key, digest: d, run: func(l *ledger) (*upstreamtest.Entry, *mcp.CallToolResult, error) {
 				return f.exec(l, name, a, meta, asked)
 			}})
 		}
 		if o.err != nil {
 			return nil, o.err
 		}
-		var res mcp.CallToolResult
-		if err := json.Unmarshal(o.result, &res); err != nil {
-			return nil, err
+		res := o.answer
+		if res == nil || sw.Duplicate && on {
+			// A replay, or an answer to rewrite: read as sent.
+			sent := o.result
+			if sent == nil {
+				if sent, err = json.Marshal(o.answer); err != nil {
+					return nil, err
+				}
+			}
+			res = new(mcp.CallToolResult)
+			if err := json.Unmarshal(sent, res); err != nil {
+				return nil, err
+			}
 		}
 		if o.replay || !on || res.IsError {
-			return &res, nil
+			return res, nil
 		}
 
 		if sw.Hang == upstreamtest.HangAfter {
@@ -278,7 +289,7 @@ func (f *fake) handler(name string) mcp.ToolHandler {
 				os.Exit(86)
 			}
 			res.Content = append(res.Content, &mcp.TextContent{Text: dropMarker})
-			return &res, nil
+			return res, nil
 		}
 		if sw.Fail {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: upstreamtest.Secret + ": the tracker failed after acting."}
@@ -296,7 +307,7 @@ func (f *fake) handler(name string) mcp.ToolHandler {
 		if sw.Big > 0 {
 			res.Content = append(res.Content, &mcp.TextContent{Text: strings.Repeat("x", sw.Big)})
 		}
-		return &res, nil
+		return res, nil
 	}
 }
 
@@ -315,7 +326,7 @@ func askFor(kind string) mcp.InputRequest {
 
 // exec executes a tool on the state (under the ledger's lock), returning
 // its entry (nil if nothing was written) and its answer.
-func (f *fake) exec(l *ledger, name string, a args, meta json.RawMessage, asked string) (*upstreamtest.Entry, json.RawMessage, error) {
+func (f *fake) exec(l *ledger, name string, a args, meta json.RawMessage, asked string) (*upstreamtest.Entry, *mcp.CallToolResult, error) {
 	e := &upstreamtest.Entry{Tool: name, Meta: meta, Asked: asked}
 	if name == "create_ticket" {
 		t := &upstreamtest.Ticket{
@@ -346,8 +357,7 @@ func (f *fake) exec(l *ledger, name string, a args, meta json.RawMessage, asked 
 	case "add_comment":
 		t.Comments++
 		e.Ticket = &t
-		res, err := json.Marshal(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("Comment %d added to %s.", t.Comments, t.ID)}}})
-		return e, res, err
+		return e, &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("Comment %d added to %s.", t.Comments, t.ID)}}}, nil
 	}
 	e.Ticket = &t
 	res, err := ticketResult(&t)
