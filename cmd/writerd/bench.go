@@ -79,7 +79,8 @@ Targets:
            its stdin
   upstream writes to an upstream MCP server through writerd (docs/UPSTREAMS.md):
            the tests' fake ticket tracker (handlers/upstream/upstreamtest),
-           started by bench over Streamable HTTP on a loopback port, taking
+           started by bench over Streamable HTTP on a loopback port (with
+           --upstream-transport stdio, as the daemon's stdio child), taking
            keys as an argument and answering at once (no delay; its ledger
            not fsynced unless --upstream-fsync); its create_ticket exported
            by a pipeline in this process (as inproc, on a fresh data
@@ -87,7 +88,9 @@ Targets:
            record committed, the call, and its completion committed. In
            the same run, for the same duration and agents: direct, the
            agents calling the fake's create_ticket themselves, a session
-           of the MCP Go SDK's client each; and create_project, writerd's
+           of the MCP Go SDK's client each (over stdio, one session on a
+           fake of their own, shared, as the daemon has one child); and
+           create_project, writerd's
            own write in process. The report adds writerd's p50 and p99
            above the direct calls', its writes a second against
            create_project's, the transactions and commits a write, and, at
@@ -178,6 +181,8 @@ func (c *BenchCommand) flags() *flagSet {
 	fs.Var(choiceValue{v: &cfg.Client, choices: clients}, "client", "mcp: the MCP `client` of each agent: bench's own or the SDK's, "+orList(clients))
 	fs.StringVar(&cfg.UpstreamFake, "upstream-fake", "", "upstream: the fake upstream's `binary` (default: built from writerd's source tree with the Go toolchain)")
 	fs.BoolVar(&cfg.UpstreamFsync, "upstream-fsync", false, "upstream: the fake fsyncs its ledger before each answer")
+	cfg.UpstreamTransport = bench.UpstreamHTTP
+	fs.Var(choiceValue{v: &cfg.UpstreamTransport, choices: bench.UpstreamTransports}, "upstream-transport", "upstream: how writerd and the direct calls reach the fake, "+orList(bench.UpstreamTransports))
 	outputFlag(fs, &c.output, "table", "json")
 	fs.defaults["duration"] = shortDuration(cfg.Duration)
 	fs.takes("agents", fmt.Sprintf("a whole number of agents from 1 to %d, such as 16", bench.MaxAgents))
@@ -187,6 +192,7 @@ func (c *BenchCommand) flags() *flagSet {
 	fs.takes("baseline", "true or false")
 	fs.takes("client", orList(clients))
 	fs.takes("upstream-fsync", "true or false")
+	fs.takes("upstream-transport", orList(bench.UpstreamTransports))
 	c.fs = fs
 	return fs
 }
@@ -231,8 +237,8 @@ func (c *BenchCommand) parse(args []string) error {
 		return fs.fail("%s is for --target api or mcp; --target stdio starts a server of its own", fs.label("server"))
 	case spawned && given["token-file"]:
 		return fs.fail("%s is for --target api or mcp; stdio needs no token", fs.label("token-file"))
-	case (given["upstream-fake"] || given["upstream-fsync"]) && !upstream:
-		return fs.fail("--upstream-fake and --upstream-fsync are for --target upstream")
+	case (given["upstream-fake"] || given["upstream-fsync"] || given["upstream-transport"]) && !upstream:
+		return fs.fail("--upstream-fake, --upstream-fsync and --upstream-transport are for --target upstream")
 	case upstream && given["tool"]:
 		return fs.fail("--tool is for the other targets; --target upstream writes tickets to the fake upstream, and create_project beside them")
 	case upstream && given["baseline"]:

@@ -209,6 +209,7 @@ func (b *bench) dialMCP(ctx context.Context, servers []string, token string, t h
 // agent, as many agents would.
 type mcpCaller struct {
 	sessions []*sdk.ClientSession
+	shared   bool // one session for every agent: closed once
 }
 
 // tokenTransport adds a bearer token to every request.
@@ -259,8 +260,8 @@ func firstErr(errs []error) error {
 }
 
 func (c *mcpCaller) close() {
-	for _, s := range c.sessions {
-		if s != nil {
+	for i, s := range c.sessions {
+		if s != nil && (i == 0 || !c.shared) {
 			s.Close()
 		}
 	}

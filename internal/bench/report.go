@@ -141,6 +141,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteTable(w io.Writer) {
 	where := map[string]string{TargetInproc: "in process", TargetAPI: "over the direct API", TargetMCP: "over MCP Streamable HTTP", TargetStdio: "over MCP stdio",
 		TargetUpstream: "to the fake upstream over Streamable HTTP, in process"}[r.Target]
+	if r.Upstream != nil && r.Upstream.Transport == UpstreamStdio {
+		where = "to the fake upstream over stdio, in process"
+	}
 	switch r.Client {
 	case ClientBench:
 		where += " (bench's client)"

@@ -69,6 +69,9 @@ type Config struct {
 	// before each answer; without it, it answers without a disk flush.
 	UpstreamFake  string
 	UpstreamFsync bool
+	// UpstreamTransport (upstream) is how writerd and the direct calls
+	// reach the fake: UpstreamHTTP (the default, "") or UpstreamStdio.
+	UpstreamTransport string
 
 	// Version is writerd's version: the daemon bench assembles in process
 	// logs it, and bench's MCP clients give it in their name.
@@ -104,7 +107,7 @@ func Run(ctx context.Context, cfg Config, progressTo io.Writer) (*Report, error)
 	case TargetStdio:
 		return b.runStdio(ctx, cfg.Baseline)
 	case TargetUpstream:
-		return b.runUpstream(ctx, cfg.UpstreamFake, cfg.UpstreamFsync)
+		return b.runUpstream(ctx, cfg.UpstreamFake, cfg.UpstreamFsync, cfg.UpstreamTransport)
 	case TargetAPI, TargetMCP:
 		return b.runRemote(ctx, cfg.Target, cfg.Servers, cfg.Token, cfg.Baseline)
 	}

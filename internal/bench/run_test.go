@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,18 +68,29 @@ func TestRun_Refusals(t *testing.T) {
 	}
 }
 
-// Ensure --target upstream runs: writes to the fake upstream through
-// writerd, each its pending record and its completion (two transactions
-// a write), the direct calls and create_project beside it, and the
-// figures that compare them.
+// Ensure --target upstream runs, over each transport: writes to the fake
+// upstream through writerd, each its pending record and its completion
+// (two transactions a write), the direct calls and create_project beside
+// it, and the figures that compare them.
 func TestRun_Upstream(t *testing.T) {
 	bin := upstreamtest.Build(t)
-	for _, agents := range []int{1, 2} {
-		t.Run(fmt.Sprintf("agents=%d", agents), func(t *testing.T) {
+	for _, tc := range []struct {
+		transport string
+		agents    int
+		over      string
+	}{
+		{"", 1, "over Streamable HTTP"}, {UpstreamHTTP, 2, "over Streamable HTTP"},
+		{UpstreamStdio, 1, "over stdio"}, {UpstreamStdio, 2, "over stdio"},
+	} {
+		agents := tc.agents
+		t.Run(fmt.Sprintf("%s/agents=%d", cmp.Or(tc.transport, "default"), agents), func(t *testing.T) {
 			var progress strings.Builder
-			rep, err := Run(t.Context(), Config{Target: TargetUpstream, Agents: agents, Duration: 300 * time.Millisecond, UpstreamFake: bin}, &progress)
+			rep, err := Run(t.Context(), Config{Target: TargetUpstream, Agents: agents, Duration: 300 * time.Millisecond, UpstreamFake: bin, UpstreamTransport: tc.transport}, &progress)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if want := cmp.Or(tc.transport, UpstreamHTTP); rep.Upstream == nil || rep.Upstream.Transport != want {
+				t.Fatalf("upstream figures %+v: want transport %s", rep.Upstream, want)
 			}
 			if len(rep.Baselines) != 2 || rep.Baselines[0].Name != BaselineDirect || rep.Baselines[1].Name != BaselineCreateProject {
 				t.Fatalf("baselines %+v: want direct and create_project", rep.Baselines)
@@ -103,7 +115,7 @@ func TestRun_Upstream(t *testing.T) {
 			}
 			var table strings.Builder
 			rep.WriteTable(&table)
-			for _, want := range []string{"tracker_create_ticket to the fake upstream", "direct", "create_project", "above the direct calls'"} {
+			for _, want := range []string{"tracker_create_ticket to the fake upstream " + tc.over, "direct", "create_project", "above the direct calls'"} {
 				if !strings.Contains(table.String(), want) {
 					t.Errorf("the table lacks %q:\n%s", want, table.String())
 				}

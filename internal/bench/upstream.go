@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/pelletier/go-toml/v2"
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers/upstream"
@@ -51,6 +53,16 @@ const (
 	upstreamExport = upstreamName + "_" + upstreamTool
 )
 
+// How --target upstream reaches the fake: writerd, as its upstream's
+// transport, and the direct calls alike.
+const (
+	UpstreamHTTP  = "http"  // the fake on a loopback port, answering application/json
+	UpstreamStdio = "stdio" // the fake as a child: writerd's, and the direct calls' own
+)
+
+// UpstreamTransports are the choices of --upstream-transport.
+var UpstreamTransports = []string{UpstreamHTTP, UpstreamStdio}
+
 // Names of the upstream target's baselines.
 const (
 	BaselineDirect        = "direct"
@@ -62,6 +74,8 @@ type UpstreamFigures struct {
 	// Fsync says the fake fsynced its ledger before each answer (its own
 	// group commit), in the writerd run and the direct one alike.
 	Fsync bool `json:"fake_fsync"`
+	// Transport is how the fake was reached: UpstreamHTTP or UpstreamStdio.
+	Transport string `json:"transport"`
 	// P50AboveDirect and P99AboveDirect are writerd's latency less the
 	// direct calls', in ms.
 	P50AboveDirect float64 `json:"p50_above_direct_ms"`
@@ -153,8 +167,11 @@ func (p *phases) p50s() *UpstreamSteps {
 
 // runUpstream runs TargetUpstream: bin is the fake's binary ("" builds it
 // from the source tree, as the tests do), fsync whether it fsyncs its
-// ledger.
-func (b *bench) runUpstream(ctx context.Context, bin string, fsync bool) (*Report, error) {
+// ledger, transport how writerd and the direct calls reach it.
+func (b *bench) runUpstream(ctx context.Context, bin string, fsync bool, transport string) (*Report, error) {
+	if transport == "" {
+		transport = UpstreamHTTP
+	}
 	rep := &Report{Tool: upstreamExport, Target: TargetUpstream, Agents: b.agents, Duration: b.duration.Seconds(), Store: "fresh"}
 	dir, err := os.MkdirTemp("", "writerd-bench-upstream-")
 	if err != nil {
@@ -166,18 +183,48 @@ func (b *bench) runUpstream(ctx context.Context, bin string, fsync bool) (*Repor
 			return nil, fmt.Errorf("the fake upstream cannot be built here (it needs the Go toolchain and writerd's source; or give --upstream-fake): %w", err)
 		}
 	}
-	fake, err := upstreamtest.Start(bin, upstreamtest.Options{
-		Ledger:       filepath.Join(dir, "ledger.jsonl"),
-		Switches:     upstreamtest.Switches{Keys: upstreamtest.KeysArgument},
-		NoFsync:      !fsync,
-		JSONResponse: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("the fake upstream: %w", err)
+	// Each run's fake keeps a ledger of its own: the direct calls' fake
+	// does not replay the writerd run's executions.
+	opts := func(ledger string) upstreamtest.Options {
+		return upstreamtest.Options{
+			Ledger:       filepath.Join(dir, ledger),
+			Switches:     upstreamtest.Switches{Keys: upstreamtest.KeysArgument},
+			NoFsync:      !fsync,
+			JSONResponse: true,
+		}
 	}
-	defer fake.Stop()
-	server := "http://" + fake.Addr
-	cfg, err := b.upstreamConfig(ctx, fake.URL)
+	var ep upstream.Endpoint // where writerd reaches the fake
+	var direct func(ctx context.Context) (*Result, error)
+	switch transport {
+	case UpstreamHTTP:
+		fake, err := upstreamtest.Start(bin, opts("ledger.jsonl"))
+		if err != nil {
+			return nil, fmt.Errorf("the fake upstream: %w", err)
+		}
+		defer fake.Stop()
+		ep.URL = fake.URL
+		direct = func(ctx context.Context) (*Result, error) {
+			t := b.transport()
+			defer t.CloseIdleConnections()
+			mc, err := dialMCP(ctx, []string{"http://" + fake.Addr}, "", b.version, b.agents, t)
+			if err != nil {
+				return nil, err
+			}
+			return b.runDirect(ctx, mc)
+		}
+	case UpstreamStdio:
+		ep.Command = upstreamtest.StdioCommand(bin, opts("ledger-writerd.jsonl"))
+		direct = func(ctx context.Context) (*Result, error) {
+			mc, err := dialStdio(ctx, upstreamtest.StdioCommand(bin, opts("ledger-direct.jsonl")), b.version, b.agents)
+			if err != nil {
+				return nil, err
+			}
+			return b.runDirect(ctx, mc)
+		}
+	default:
+		return nil, fmt.Errorf("no upstream transport %q", transport)
+	}
+	cfg, err := b.upstreamConfig(ctx, ep)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +240,7 @@ func (b *bench) runUpstream(ctx context.Context, bin string, fsync bool) (*Repor
 	}
 	rep.Writerd = run
 
-	direct, err := b.runDirect(ctx, server)
+	dr, err := direct(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the direct calls: %w", err)
 	}
@@ -201,13 +248,13 @@ func (b *bench) runUpstream(ctx context.Context, bin string, fsync bool) (*Repor
 	if err != nil {
 		return nil, err
 	}
-	rep.Baselines = []*Result{direct, project}
+	rep.Baselines = []*Result{dr, project}
 	rep.compare()
 
-	f := &UpstreamFigures{Fsync: fsync}
-	if run.Latency != nil && direct.Latency != nil {
-		f.P50AboveDirect = round(run.Latency.P50-direct.Latency.P50, 3)
-		f.P99AboveDirect = round(run.Latency.P99-direct.Latency.P99, 3)
+	f := &UpstreamFigures{Fsync: fsync, Transport: transport}
+	if run.Latency != nil && dr.Latency != nil {
+		f.P50AboveDirect = round(run.Latency.P50-dr.Latency.P50, 3)
+		f.P99AboveDirect = round(run.Latency.P99-dr.Latency.P99, 3)
 	}
 	if project.WritesPerSecond > 0 {
 		f.VsCreateProject = round(run.WritesPerSecond/project.WritesPerSecond, 2)
@@ -228,12 +275,12 @@ func perWrite(n, writes int64) float64 {
 	return round(float64(n)/float64(writes), 2)
 }
 
-// upstreamConfig lists the fake's tools at url and returns the upstreams
+// upstreamConfig lists the fake's tools at ep and returns the upstreams
 // file of a block for it: create_ticket pinned as listed, keys taken as
 // its idempotency_key argument, as many calls at once as agents.
-func (b *bench) upstreamConfig(ctx context.Context, url string) (*upstream.Config, error) {
+func (b *bench) upstreamConfig(ctx context.Context, ep upstream.Endpoint) (*upstream.Config, error) {
 	listed := make(chan []*sdk.Tool, 1)
-	probe := upstream.NewClient(upstream.Endpoint{Name: "probe", URL: url, Timeout: 10 * time.Second},
+	probe := upstream.NewClient(upstream.Endpoint{Name: "probe", URL: ep.URL, Command: ep.Command, Timeout: 10 * time.Second},
 		upstream.ClientOptions{OnTools: func(ts []*sdk.Tool) {
 			select {
 			case listed <- ts:
@@ -260,9 +307,17 @@ func (b *bench) upstreamConfig(ctx context.Context, url string) (*upstream.Confi
 	if pin == "" {
 		return nil, fmt.Errorf("the fake upstream lists no %s", upstreamTool)
 	}
+	// Where, in TOML written by its own encoder (a path may hold what a
+	// hand-quoted string would break on).
+	where, err := toml.Marshal(struct {
+		URL     string   `toml:"url,omitempty"`
+		Command []string `toml:"command,omitempty"`
+	}{ep.URL, ep.Command})
+	if err != nil {
+		return nil, err
+	}
 	text := fmt.Sprintf(`[upstream.%s]
-url = %q
-timeout = "30s"
+%stimeout = "30s"
 max_concurrent = %d
 keys = "argument"
 key_argument = "idempotency_key"
@@ -271,7 +326,7 @@ key_argument = "idempotency_key"
 name = %q
 kind = "write"
 pin = %q
-`, upstreamName, url, min(b.agents, upstream.MaxConcurrentLimit), upstreamName, upstreamTool, pin)
+`, upstreamName, where, min(b.agents, upstream.MaxConcurrentLimit), upstreamName, upstreamTool, pin)
 	cfg, err := upstream.Parse([]byte(text), upstream.LoadOptions{Lease: pipeline.DefaultLease, MaxTimeout: 50 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("the fake upstream's block: %w", err)
@@ -279,16 +334,10 @@ pin = %q
 	return cfg, nil
 }
 
-// runDirect runs the agents calling the fake's create_ticket at server
-// directly, one session of the SDK's client each, with a key of their
-// own in its idempotency_key argument.
-func (b *bench) runDirect(ctx context.Context, server string) (*Result, error) {
-	t := b.transport()
-	defer t.CloseIdleConnections()
-	mc, err := dialMCP(ctx, []string{server}, "", b.version, b.agents, t)
-	if err != nil {
-		return nil, err
-	}
+// runDirect runs the agents calling the fake's create_ticket themselves
+// through mc, the SDK's client, with a key of their own in its
+// idempotency_key argument; it closes mc.
+func (b *bench) runDirect(ctx context.Context, mc *mcpCaller) (*Result, error) {
 	defer mc.close()
 	w := newWorkload(upstreamTool, b.agents)
 	if err := warmUp(ctx, w, mc, b.agents, upstreamTool); err != nil {
@@ -306,4 +355,22 @@ func (b *bench) runDirect(ctx context.Context, server string) (*Result, error) {
 		run.setCPU(cpu1 - cpu0) // the clients', in this process; the fake's is its own
 	}
 	return run, nil
+}
+
+// dialStdio starts the fake with argv as a child of this process and opens
+// one session of the SDK's client on its stdio, which every agent calls
+// on, as writerd has one child for all its callers.
+func dialStdio(ctx context.Context, argv []string, version string, agents int) (*mcpCaller, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = []string{} // as writerd starts it: nothing of this process's
+	cs, err := sdk.NewClient(clientInfo(version), nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open an MCP session on the fake's stdio: %w", err)
+	}
+	c := &mcpCaller{sessions: make([]*sdk.ClientSession, agents)}
+	for a := range agents {
+		c.sessions[a] = cs
+	}
+	c.shared = true
+	return c, nil
 }
