@@ -16,8 +16,8 @@ import (
 // that holds a call bound to a slot has its answer's body read as the
 // SDK reads it (one JSON message, or an SSE stream), and the response to
 // the call, as it arrived, kept in the slot before the SDK sees it (a
-// JSON answer to tools/call is then handed to the SDK with a stub result:
-// see stubbed).
+// JSON answer to tools/call is then handed to the SDK as a stub: see
+// stubbed).
 type captureTransport struct {
 	next    http.RoundTripper
 	dropped *atomic.Int64
@@ -89,8 +89,8 @@ func requestBody(req *http.Request) ([]byte, *http.Request, error) {
 }
 
 // readJSON reads a JSON answer's body whole, as the SDK would at once,
-// and returns the body the SDK is to read: the call's response with the
-// stub result once it is kept in the slot (see stubbed), else the bytes
+// and returns the body the SDK is to read: a stub of the call's response
+// once it is kept in the slot (see stubbed), else the bytes
 // as they came, followed by the read's error if there was one. A body
 // over the bound is not kept: the slot is told, and the SDK reads it all.
 func readJSON(body io.ReadCloser, id jsonrpc.ID, s *slot) io.ReadCloser {
@@ -112,7 +112,7 @@ func readJSON(body io.ReadCloser, id jsonrpc.ID, s *slot) io.ReadCloser {
 	if m, err := peek(data); err == nil && !m.request && m.id == id {
 		resp := m.response()
 		s.keep(resp)
-		if s.method == "tools/call" && resp.Error == nil {
+		if s.method == "tools/call" {
 			if out, err := jsonrpc.EncodeMessage(stubbed(resp)); err == nil {
 				return io.NopCloser(bytes.NewReader(out))
 			}

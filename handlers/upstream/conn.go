@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -123,8 +122,8 @@ func (w *wire) outgoing(ctx context.Context, msg jsonrpc.Message) (drop bool) {
 
 // incoming reads one message, before the SDK does: a response to a bound
 // request is kept in its slot as it arrived, and the message the SDK is
-// to see is returned. For the response to a call, that is the response
-// with a stub result (see stubbed): Client.call answers from the slot.
+// to see is returned: for the response to a call, a stub (see stubbed),
+// since Client.call answers from the slot.
 func (w *wire) incoming(data []byte) (jsonrpc.Message, error) {
 	if m, err := peek(data); err == nil && !m.request {
 		w.mu.Lock()
@@ -142,23 +141,20 @@ func (w *wire) incoming(data []byte) (jsonrpc.Message, error) {
 	return jsonrpc.DecodeMessage(data)
 }
 
-// stubResult is the result the SDK is handed for a call whose response
-// its slot kept. Client.call reads the kept bytes and never the SDK's
-// decoding of them, which would cost a decoded CallToolResult, and 32
-// KiB the SDK's decoder allocates for each value it decodes, for every
-// content block: at many calls a second, a good part of writerd's CPU
-// (docs/PERFORMANCE.md). The client's multi-round-trip handling is off
-// (supervise), so nothing in the SDK acts on a call's result.
-var stubResult = json.RawMessage(`{"content":[]}`)
-
-// stubbed is resp with the stub result, or resp itself when it carries
-// an error (its code alone, as kept).
+// stubbed is what the SDK is handed in place of resp, the response to a
+// call that its slot kept: a response with the error errKept. Client.call
+// reads the kept bytes and never what the SDK makes of them; an error is
+// the one response the SDK's client returns without decoding anything,
+// where a result would cost a decoded CallToolResult and 32 KiB that the
+// SDK's decoder allocates for each value it decodes, at many calls a
+// second a good part of writerd's CPU (docs/PERFORMANCE.md). The client's
+// multi-round-trip handling is off (supervise), and an error response
+// leaves the SDK's session as it was.
 func stubbed(resp *jsonrpc.Response) *jsonrpc.Response {
-	if resp.Error != nil {
-		return resp
-	}
-	return &jsonrpc.Response{ID: resp.ID, Result: stubResult}
+	return &jsonrpc.Response{ID: resp.ID, Error: errKept}
 }
+
+var errKept = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "writerd: the response was kept from the wire"}
 
 // forget unbinds a slot whose call has ended without an answer.
 func (w *wire) forget(s *slot) {
