@@ -21,7 +21,8 @@
 //   - TargetStdio: one writerd serve --stdio that bench starts, every
 //     agent's calls on its one stdin, matched to their answers by id;
 //   - TargetUpstream: writes to an upstream MCP server (the tests' fake,
-//     package upstreamtest, over Streamable HTTP) through a pipeline in
+//     package upstreamtest, over Streamable HTTP or, with
+//     Config.UpstreamTransport, as a stdio child) through a pipeline in
 //     process, against the same agents calling the fake directly with
 //     the SDK's client and writerd's own create_project, in the same run
 //     (upstream.go).

@@ -24,8 +24,9 @@ import (
 // MCP server through writerd (DESIGN 5b), and in the same run the
 // baselines that say what writerd adds. The upstream is the tests' fake
 // (package upstreamtest: a ticket tracker on the MCP Go SDK, in a process
-// of its own, over Streamable HTTP on a loopback port, taking keys as an
-// argument, answering at once: no delay, and its ledger not fsynced unless
+// of its own, over Streamable HTTP on a loopback port or, with
+// Config.UpstreamTransport, as a stdio child, taking keys as an argument,
+// answering at once: no delay, and its ledger not fsynced unless
 // Config.UpstreamFsync). Three runs, each for the duration and agents:
 //
 //   - writerd: a daemon assembled as serve assembles it, in this process
@@ -36,8 +37,9 @@ import (
 //     each write a pending record committed, the call, and its completion
 //     committed with its audit event;
 //   - direct: the same agents calling the fake's create_ticket directly,
-//     one session of the SDK's client each, with a key of their own, as
-//     an agent would without writerd;
+//     with a key of their own, as an agent would without writerd: over
+//     HTTP one session of the SDK's client each, over stdio one session
+//     shared, on a fake of their own, as the daemon has one child;
 //   - create_project: writerd's own write, in process, on a fresh data
 //     directory: one commit a write.
 //
