@@ -17,6 +17,7 @@ type Metrics struct {
 	auditAppends  *prometheus.CounterVec
 	commitSeconds prometheus.Histogram
 	commitBatch   prometheus.Histogram
+	storeWaits    prometheus.Counter
 	transport     *prometheus.CounterVec
 	http          *prometheus.CounterVec
 }
@@ -48,6 +49,9 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "writerd_store_commit_batch_size", Help: "Calls committed per write transaction.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 		}),
+		storeWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "writerd_store_wait_expired_total", Help: "Write transactions whose wait for the store (--store-wait) ran out: each call answered UNAVAILABLE with retry same_key.",
+		}),
 		transport: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "writerd_transport_errors_total", Help: "Frames and requests refused or failed before a call, by transport (stdio, http) and kind.",
 		}, []string{"transport", "kind"}),
@@ -56,7 +60,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route", "code"}),
 	}
 	reg.MustRegister(m.calls, m.callSeconds, m.rejections, m.idempotency, m.auditAppends,
-		m.commitSeconds, m.commitBatch, m.transport, m.http)
+		m.commitSeconds, m.commitBatch, m.storeWaits, m.transport, m.http)
 	return m
 }
 
@@ -122,6 +126,15 @@ func (m *Metrics) AuditAppend(committed bool) {
 		result = "failed"
 	}
 	m.auditAppends.WithLabelValues(result).Inc()
+}
+
+// StoreWaitExpired counts a write transaction whose wait for the store ran
+// out.
+func (m *Metrics) StoreWaitExpired() {
+	if m == nil {
+		return
+	}
+	m.storeWaits.Inc()
 }
 
 // Commit observes a write transaction: its duration and how many calls it

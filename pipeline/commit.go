@@ -19,9 +19,14 @@ var errSettled = errors.New("pipeline: key already settled")
 // update is the one commit function: every write of the pipeline (a
 // successful call, a failure receipt, key collection) goes through it.
 // The storage may commit it together with others (group commit); its
-// commits are measured there.
+// commits are measured there. It waits for the store at most
+// Config.StoreWait (storewait.go).
 func (p *Pipeline[D]) update(ctx context.Context, fn func(Tx[D]) error) error {
-	return p.cfg.Storage.Update(ctx, fn)
+	err := p.cfg.Storage.Update(WithStoreDeadline(ctx, time.Now().Add(p.cfg.StoreWait)), fn)
+	if errors.Is(err, ErrStoreWait) {
+		p.cfg.Metrics.StoreWaitExpired()
+	}
+	return err
 }
 
 // write runs stages 7 and 8 for a write tool: under the key's lock, the

@@ -29,6 +29,11 @@ type Config[D any] struct {
 	KeyWait time.Duration
 	// CollectEvery is how often Run collects expired records (default 1m).
 	CollectEvery time.Duration
+	// StoreWait bounds how long each write transaction waits for the
+	// store, for its turn and its commit, before its call is answered
+	// UNAVAILABLE with retry same_key (default DefaultStoreWait;
+	// storewait.go).
+	StoreWait time.Duration
 
 	// Refuse, if set, is asked before each write runs (stage 7): an error
 	// it returns, UNAVAILABLE with the sentence saying why, answers the
@@ -122,6 +127,9 @@ func New[D any](cfg Config[D]) *Pipeline[D] {
 	}
 	if cfg.CollectEvery <= 0 {
 		cfg.CollectEvery = DefaultCollectEvery
+	}
+	if cfg.StoreWait <= 0 {
+		cfg.StoreWait = DefaultStoreWait
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

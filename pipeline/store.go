@@ -21,7 +21,10 @@ type Storage[D any] interface {
 	// rolled back, others' writes are not, and Update returns fn's error
 	// (a panic as an error). fn may run on another goroutine and must not
 	// call Update itself. Update returns UNAVAILABLE when the store is
-	// closed, and the commit's error if the commit fails.
+	// closed, and the commit's error if the commit fails. If ctx carries
+	// a store deadline (StoreDeadline), Update returns StoreWaitExpired
+	// once it passes and fn has not returned its answer: fn then never
+	// runs if it has not begun, and a write that ran may still commit.
 	Update(ctx context.Context, fn func(Tx[D]) error) error
 	// View runs fn in a read-only transaction. It returns UNAVAILABLE when
 	// the store is closed.

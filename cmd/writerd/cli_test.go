@@ -164,6 +164,8 @@ func TestCLI_HelpAndUsageErrors(t *testing.T) {
 		{"a duration without its unit", []string{"serve", "--key-ttl", "24"}, nil, 2, serveUsageLine, "writerd serve: --key-ttl takes a duration such as 24h"},
 		{"a duration that is a word", []string{"serve", "--key-wait=soon"}, nil, 2, serveUsageLine, "writerd serve: --key-wait takes a duration such as 5s"},
 		{"a duration at zero", []string{"serve", "--key-ttl", "0s"}, nil, 2, serveUsageLine, "writerd serve: --key-ttl takes a positive duration such as 24h"},
+		{"a store wait at zero", []string{"serve", "--stdio", "--store-wait", "0s"}, nil, 2, serveUsageLine, "writerd serve: --store-wait takes a positive duration of at most 10s, such as 5s: an upstream's call timeout leaves the HTTP write timeout two of it"},
+		{"a store wait just over its bound", []string{"serve", "--stdio", "--store-wait", "10.001s"}, nil, 2, serveUsageLine, "writerd serve: --store-wait takes a positive duration of at most 10s, such as 5s: an upstream's call timeout leaves the HTTP write timeout two of it"},
 		{"a duration from the environment", []string{"serve", "--stdio"}, []string{"WRITERD_KEY_TTL=a day"}, 2, serveUsageLine, "writerd serve: WRITERD_KEY_TTL takes a duration such as 24h"},
 		{"a number that is not one", []string{"serve", "--max-bytes", "128k"}, nil, 2, serveUsageLine, "writerd serve: --max-bytes takes a whole number of bytes, such as 131072"},
 		{"bytes at zero", []string{"serve", "--max-bytes", "0"}, nil, 2, serveUsageLine, "writerd serve: --max-bytes takes a positive number of bytes"},
@@ -201,6 +203,7 @@ func TestCLI_HelpServeListsFlags(t *testing.T) {
 		"  --principal name\n", "(default local)", "  --max-bytes bytes\n", "(default 131072)",
 		"  --max-depth levels\n", "(default 16)", "  --key-ttl duration\n", "(default 24h)",
 		"  --key-wait duration\n", "(default 5s)", "  --log-level level\n", "(default info)",
+		"  --store-wait duration\n", "a duration of at most 10s (default 10s)",
 	} {
 		if n := strings.Count(r.stdout, want); n != 1 {
 			t.Errorf("help serve shows %q %d times, want once:\n%s", want, n, r.stdout)

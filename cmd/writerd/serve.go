@@ -61,6 +61,7 @@ type ServeCommand struct {
 	limits     pipeline.Limits
 	keyTTL     time.Duration
 	keyWait    time.Duration
+	storeWait  time.Duration
 	logLevel   slog.Level
 	auditKey   string
 	cpEvery    uint64
@@ -200,6 +201,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.IntVar(&c.limits.MaxDepth, "max-depth", pipeline.DefaultLimits.MaxDepth, "the deepest nesting of arguments, in `levels`")
 	fs.DurationVar(&c.keyTTL, "key-ttl", pipeline.DefaultKeyTTL, "how long an idempotency key stays spent, a `duration`")
 	fs.DurationVar(&c.keyWait, "key-wait", pipeline.DefaultKeyWait, "how long a call waits for a running call with its key, a `duration`")
+	fs.DurationVar(&c.storeWait, "store-wait", pipeline.DefaultStoreWait, "how long a write waits for the store to commit it before it is answered UNAVAILABLE, a `duration` of at most "+shortDuration(daemon.CommitBudget))
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "the lowest `level` logged: debug, info, warn or error")
 	fs.StringVar(&c.auditKey, "audit-key", "", "the `file` of the key that signs audit checkpoints, created 0600 if missing (default: the log's own in the key directory, "+keyDirDefault+"; with --store, required, the same file on every replica)")
 	fs.Uint64Var(&c.cpEvery, "checkpoint-every", 1000, "sign an audit checkpoint as soon as this many `events` were appended since the last, of the tree of exactly that many more")
@@ -212,6 +214,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.defaults["checkpoint-interval"] = shortDuration(time.Minute)
 	fs.defaults["key-ttl"] = shortDuration(pipeline.DefaultKeyTTL)
 	fs.defaults["key-wait"] = shortDuration(pipeline.DefaultKeyWait)
+	fs.defaults["store-wait"] = shortDuration(pipeline.DefaultStoreWait)
 	fs.defaults["log-level"] = strings.ToLower(slog.LevelInfo.String())
 	fs.takes("stdio", "true or false")
 	fs.takes("insecure-no-auth", "true or false")
@@ -223,6 +226,7 @@ func (c *ServeCommand) flags() *flagSet {
 	fs.takes("max-depth", "a whole number of levels, such as 16")
 	fs.takes("key-ttl", "a duration such as 24h")
 	fs.takes("key-wait", "a duration such as 5s")
+	fs.takes("store-wait", "a duration such as 5s")
 	fs.takes("log-level", "one of debug, info, warn or error")
 	return fs
 }
@@ -243,6 +247,8 @@ func (c *ServeCommand) parse(args []string) error {
 		return fs.fail("%s takes a positive duration such as 24h", fs.label("key-ttl"))
 	case c.keyWait <= 0:
 		return fs.fail("%s takes a positive duration such as 5s", fs.label("key-wait"))
+	case c.storeWait <= 0 || c.storeWait > daemon.CommitBudget:
+		return fs.fail("%s takes a positive duration of at most %s, such as 5s: an upstream's call timeout leaves the HTTP write timeout two of it", fs.label("store-wait"), shortDuration(daemon.CommitBudget))
 	case c.maxBody < 1:
 		return fs.fail("%s takes a positive number of bytes", fs.label("max-body"))
 	case c.cpEvery < 1:
@@ -344,7 +350,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	cfg := daemon.Config{
 		Store: c.storeCfg, KeyFile: c.auditKey,
-		Limits: c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait,
+		Limits: c.limits, KeyTTL: c.keyTTL, KeyWait: c.keyWait, StoreWait: c.storeWait,
 		CheckpointEvery: c.cpEvery, CheckpointInterval: c.cpInterval,
 		Witnesses: c.witnesses, WitnessQuorum: c.witnessQuorum,
 		Logger: log, Version: version(),
@@ -401,7 +407,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	log.Info("config", "transports", strings.Join(transports, ","), "addr", listenAddr(ln), "store", backend,
 		"auth", authn.describe(), "principal", c.principal,
 		"max_bytes", c.limits.MaxBytes, "max_depth", c.limits.MaxDepth, "max_body", c.maxBody,
-		"key_ttl", c.keyTTL.String(), "key_wait", c.keyWait.String(),
+		"key_ttl", c.keyTTL.String(), "key_wait", c.keyWait.String(), "store_wait", c.storeWait.String(),
 		"audit_origin", d.Origin(), "checkpoint_every", c.cpEvery, "checkpoint_interval", c.cpInterval.String(), "audit_public", c.auditPub,
 		"witnesses", witnessNames(c.witnesses), "witness_quorum", c.witnessQuorum,
 		"upstreams", upstreamNames(c.upCfg), "upstreams_digest", upstreamsDigest(c.upCfg), "tools", d.Tools, "version", version())

@@ -42,6 +42,10 @@ type Config struct {
 	Limits  pipeline.Limits
 	KeyTTL  time.Duration
 	KeyWait time.Duration
+	// StoreWait bounds each write transaction's wait for the store
+	// (pipeline.Config.StoreWait; default pipeline.DefaultStoreWait, at
+	// most CommitBudget).
+	StoreWait time.Duration
 
 	// CheckpointEvery and CheckpointInterval are the checkpoint policy
 	// (auditlog.Checkpointer): defaults 1000 events, and a minute.
@@ -199,7 +203,7 @@ func Open(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.Pipeline = pipeline.New(pipeline.Config[handlers.Store]{
 		Storage: storage,
-		Limits:  cfg.Limits, KeyTTL: cfg.KeyTTL, KeyWait: cfg.KeyWait,
+		Limits:  cfg.Limits, KeyTTL: cfg.KeyTTL, KeyWait: cfg.KeyWait, StoreWait: cfg.StoreWait,
 		Logger: cfg.Logger, Metrics: d.Metrics, Refuse: d.refuseWrites,
 		Origin: d.Origin, Lease: cfg.Lease,
 		Unsettled: func(pending, unknown int) { d.upstreamMetrics.Unsettled(pending, unknown) },

@@ -140,11 +140,12 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // HTTPWriteTimeout bounds the writing of an HTTP answer, and so how long
 // a call over HTTP may take; CommitBudget is what one commit of a write
-// is given of it, which an upstream's call timeout must leave twice (its
-// pending record and its completion; docs/UPSTREAMS.md).
+// is given of it, the longest --store-wait, which an upstream's call
+// timeout must leave twice (its pending record and its completion;
+// docs/UPSTREAMS.md).
 const (
 	HTTPWriteTimeout = 60 * time.Second
-	CommitBudget     = 5 * time.Second
+	CommitBudget     = pipeline.DefaultStoreWait
 )
 
 // HTTPServer is HTTPHandler on a server with every timeout set.

@@ -150,7 +150,9 @@ func (c *committer) transact(batch []*unit) (ran int, err error) {
 			continue // its caller went away: it never runs
 		}
 		sp := tx.Savepoint()
-		if u.Err = groupcommit.Run(u.Write.fn, tx); u.Err != nil {
+		u.Err = groupcommit.Run(u.Write.fn, tx)
+		u.Ran()
+		if u.Err != nil {
 			if err := tx.RollbackTo(sp); err != nil {
 				return 0, fmt.Errorf("boltdb: roll back a failed write: %w", err)
 			}

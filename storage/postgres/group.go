@@ -125,6 +125,7 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 			if u.Err == nil {
 				u.Err = t.flush("write") // its own statements, not the next write's
 			}
+			u.Ran()
 			contended := t.contended
 			if h := u.Hooks(); !contended && h != nil && h.Contended != nil && h.Contended() {
 				contended, u.Err = true, errContended // as check marks a write that met a lock
@@ -200,10 +201,16 @@ func (c *committer) runAlone(u *unit) {
 	}
 	start := time.Now()
 	var fnErr error
+	ran := false
 	err := c.inTx(context.Background(), true, func(t *tx) error {
 		fnErr = runUnit(u.Write.fn, t)
+		u.Ran()
+		ran = true
 		return fnErr
 	})
+	if !ran {
+		u.Ran() // the transaction did not begin: the write never ran
+	}
 	switch {
 	case fnErr != nil:
 		u.Err = fnErr

@@ -3,6 +3,7 @@ package groupcommit
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/writerd/writerd/pipeline"
 )
@@ -13,24 +14,55 @@ type Unit[W any] struct {
 	Write W
 	// Err is the unit's answer, which the backend's commit may set as the
 	// batch runs and Answer then gives to the caller.
-	Err  error
-	ctx  context.Context // the caller's
-	done chan struct{}
+	Err      error
+	ctx      context.Context // the caller's
+	deadline time.Time       // of the caller's wait (pipeline.StoreDeadline); zero: none
+	done     chan struct{}
+
+	// run is held while the unit's write runs (from Gone's nil to Ran),
+	// so that a caller whose wait ran out returns only once its write is
+	// not running: the write's function fills in the caller's variables.
+	// abandoned (under run) says the caller returned: the write never
+	// runs again.
+	run       sync.Mutex
+	abandoned bool
 }
 
 // Gone returns pipeline.Cancelled if the unit's caller went away (its
-// context ended) before its write ran, and nil otherwise: the backend's
-// commit asks it just before it runs the unit's write, and answers a gone
-// unit with it, running nothing. Once the write runs it completes,
-// whatever its caller does.
+// context ended) before its write ran, pipeline.StoreWaitExpired if its
+// wait for the store ran out, and nil otherwise: the backend's commit
+// asks it just before it runs the unit's write, and answers a gone unit
+// with it, running nothing. Once the write runs it completes, whatever
+// its caller does. After a nil answer the backend calls Ran as soon as
+// the write's function has returned (before the commit), each time it
+// runs it.
 func (u *Unit[W]) Gone() error {
 	if h := hooksOf(u.ctx); h != nil && h.InBatch != nil {
 		h.InBatch()
 	}
-	if err := u.ctx.Err(); err != nil {
-		return pipeline.Cancelled(err)
+	u.run.Lock()
+	var err error
+	switch {
+	case u.ctx.Err() != nil:
+		err = pipeline.Cancelled(u.ctx.Err())
+	case u.abandoned || !u.deadline.IsZero() && !time.Now().Before(u.deadline):
+		err = pipeline.StoreWaitExpired()
 	}
-	return nil
+	if err != nil {
+		u.run.Unlock()
+	}
+	return err
+}
+
+// Ran says the write's function, which Gone let run, has returned.
+func (u *Unit[W]) Ran() { u.run.Unlock() }
+
+// abandon is the end of the caller's wait: once the write is not
+// running, it never runs again.
+func (u *Unit[W]) abandon() {
+	u.run.Lock()
+	u.abandoned = true
+	u.run.Unlock()
 }
 
 // Hooks, carried by a write's context (WithHooks), are a test's: each is
@@ -112,8 +144,18 @@ func Start[W any](bound int, closed error, commit Commit[W]) *Committer[W] {
 // with. It returns pipeline.Cancelled if ctx ends before w is queued (the
 // backend's commit answers it so if ctx ends before w runs: Gone), and
 // the closed error if the loop has stopped, or stops before taking it.
+// If ctx carries a store deadline (pipeline.StoreDeadline), it returns
+// pipeline.StoreWaitExpired once that passes without an answer, before
+// or after w is queued, as soon as w is not running: w then never runs
+// if it has not begun (Gone), and may commit if it has.
 func (c *Committer[W]) Submit(ctx context.Context, w W) error {
 	u := &Unit[W]{Write: w, ctx: ctx, done: make(chan struct{})}
+	var expired <-chan time.Time // nil: no deadline, never ready
+	if d, ok := pipeline.StoreDeadline(ctx); ok {
+		t := time.NewTimer(time.Until(d))
+		defer t.Stop()
+		u.deadline, expired = d, t.C
+	}
 	if h := hooksOf(ctx); h != nil && h.BeforeQueue != nil {
 		h.BeforeQueue()
 	}
@@ -133,10 +175,12 @@ func (c *Committer[W]) Submit(ctx context.Context, w W) error {
 		return c.closed
 	case <-ctx.Done():
 		return pipeline.Cancelled(ctx.Err())
+	case <-expired:
+		return pipeline.StoreWaitExpired() // never queued: never runs
 	}
 	// Once queued, the write is answered whatever happens: it may be
 	// committed even if ctx ends meanwhile. If the loop stopped before
-	// taking it, it never ran.
+	// taking it, it never ran. Its wait for the store is bounded.
 	select {
 	case <-u.done:
 		return u.Err
@@ -146,6 +190,14 @@ func (c *Committer[W]) Submit(ctx context.Context, w W) error {
 			return u.Err
 		default:
 			return c.closed
+		}
+	case <-expired:
+		u.abandon() // waits for a write that is running to return
+		select {
+		case <-u.done:
+			return u.Err
+		default:
+			return pipeline.StoreWaitExpired()
 		}
 	}
 }
