@@ -199,18 +199,19 @@ func (c *committer) runAlone(u *unit) {
 		u.Err = err // its caller went away before it ran again
 		return
 	}
+	// Not running while the transaction begins, which may wait for a
+	// connection: its caller's wait is not held up by that (Ran).
+	u.Ran()
 	start := time.Now()
 	var fnErr error
-	ran := false
 	err := c.inTx(context.Background(), true, func(t *tx) error {
+		if fnErr = u.Gone(); fnErr != nil {
+			return fnErr // its wait ran out meanwhile: it never runs
+		}
 		fnErr = runUnit(u.Write.fn, t)
 		u.Ran()
-		ran = true
 		return fnErr
 	})
-	if !ran {
-		u.Ran() // the transaction did not begin: the write never ran
-	}
 	switch {
 	case fnErr != nil:
 		u.Err = fnErr
