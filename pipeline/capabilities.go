@@ -25,6 +25,16 @@ type Leader interface {
 	Lead(ctx context.Context) bool
 }
 
+// WriteProber is a store that can show, writing nothing, that a write
+// could commit now, for /readyz, beyond what its Ready tells (bbolt's
+// Ready is such a probe already: an empty unit through its group commit,
+// its turn and its fsync). PostgreSQL locks the audit log's head, which
+// every append locks, and lets it go. ProbeWrite returns by ctx's
+// deadline; its error is UNAVAILABLE with a sentence for the caller.
+type WriteProber interface {
+	ProbeWrite(ctx context.Context) error
+}
+
 // LogSetter is a store with log lines of its own (bbolt: the one line of
 // a store that stops taking writes after a disk error), given the
 // daemon's logger once it opens.

@@ -301,10 +301,14 @@ const (
 )
 
 // Checks returns the daemon's readiness checks, each nil if it passes or
-// why not: the store open and taking writes, and its audit log not failed
-// its self-check (for /readyz, which answers 200 when all pass).
+// why not: the store open, taking writes and able to commit one now (its
+// probe), and its audit log not failed its self-check (for /readyz, which
+// answers 200 when all pass).
 func (d *Daemon) Checks(ctx context.Context) []httpapi.ReadyCheck {
 	store := d.Store.Ready(ctx)
+	if store == nil {
+		store = d.Store.ProbeWrite(ctx)
+	}
 	d.noteRefusal(store)
 	return append([]httpapi.ReadyCheck{
 		{Name: CheckStore, Err: store},

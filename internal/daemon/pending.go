@@ -222,6 +222,28 @@ func (p *Pending) Ready(ctx context.Context) error {
 	return s.Ready(ctx)
 }
 
+// ProbeWait bounds the probe of /readyz's store check: a write that could
+// not commit within it (its turn and fsync on bbolt; the audit log's head
+// on PostgreSQL) leaves the replica unready.
+const ProbeWait = 2 * time.Second
+
+// ProbeWrite shows, writing nothing, that the open store could commit a
+// write within ProbeWait (pipeline.WriteProber); nil for a store that
+// cannot tell, and what a transaction answers while none is open.
+func (p *Pending) ProbeWrite(ctx context.Context) error {
+	s, err := p.current()
+	if err != nil {
+		return err
+	}
+	w, ok := s.(pipeline.WriteProber)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, ProbeWait)
+	defer cancel()
+	return w.ProbeWrite(ctx)
+}
+
 // ObserveCommits has f told of every commit of the store, once open.
 func (p *Pending) ObserveCommits(f func(d time.Duration, writes int)) {
 	p.mu.Lock()

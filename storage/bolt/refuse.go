@@ -117,6 +117,12 @@ func outOfSpace(err error) bool {
 // meta page, in pages the file already has), so the probe reserves room
 // instead (probe).
 func (c *committer) ready(ctx context.Context) error {
+	// The probe's wait for its turn and its batch's commit ends with
+	// ctx's: a commit that does not come (a stalled fsync) leaves the
+	// store unready rather than the probe hanging.
+	if d, ok := ctx.Deadline(); ok {
+		ctx = pipeline.WithStoreDeadline(ctx, d)
+	}
 	return c.submit(ctx, write{probe: true})
 }
 

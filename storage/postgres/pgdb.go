@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/writerd/writerd/handlers"
@@ -190,6 +191,40 @@ func (s *Store) Ready(ctx context.Context) error {
 	}
 	if readOnly != "off" {
 		return errors.New("postgres: the server takes no writes (a standby?)")
+	}
+	return nil
+}
+
+// headHeldMessage: the probe of /readyz could not lock the audit log's
+// head within its wait: this replica's writes cannot commit now.
+const headHeldMessage = "The store cannot commit writes now: the audit log's head, which every write locks, is held by another transaction; send the call again with the same key, here in a little while or to another replica."
+
+// ProbeWrite locks the audit log's head, which every append locks, and
+// lets it go, writing nothing, by ctx's deadline (pipeline.WriteProber):
+// it fails while another transaction holds the head (a replica stopped
+// or cut off inside its own), or the server does not answer.
+func (s *Store) ProbeWrite(ctx context.Context) error {
+	if s.isClosed() {
+		return errClosed
+	}
+	q, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return wrapErr("probe", err)
+	}
+	defer q.Rollback(context.WithoutCancel(ctx))
+	wait := time.Second
+	if d, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(d)-100*time.Millisecond, time.Millisecond)
+	}
+	if _, err := q.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", wait.Milliseconds())); err != nil {
+		return wrapErr("probe", err)
+	}
+	if _, err := q.Exec(ctx, "SELECT 1 FROM audit_head FOR UPDATE"); err != nil {
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == "55P03" { // lock_not_available
+			return pipeline.Wrap(pipeline.Unavailable, &pgError{text: "postgres: probe: the audit log's head is held", err: err}, headHeldMessage)
+		}
+		return wrapErr("probe", err)
 	}
 	return nil
 }
