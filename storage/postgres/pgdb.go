@@ -211,7 +211,13 @@ func (s *Store) ProbeWrite(ctx context.Context) error {
 	if err != nil {
 		return wrapErr("probe", err)
 	}
-	defer q.Rollback(context.WithoutCancel(ctx))
+	defer func() {
+		// Let go of the head at once; a server gone silent does not hold
+		// the probe past a second more.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		q.Rollback(rctx)
+	}()
 	wait := time.Second
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(time.Until(d)-100*time.Millisecond, time.Millisecond)
