@@ -29,6 +29,21 @@ func (p *Pipeline[D]) update(ctx context.Context, fn func(Tx[D]) error) error {
 	return err
 }
 
+// view runs fn in a read transaction, waiting for the store at most
+// Config.StoreWait, as a write does (storewait.go): a call's lookup of its
+// key, its preview and a read tool are answered UNAVAILABLE with retry
+// same_key past it, rather than held by a store gone silent.
+func (p *Pipeline[D]) view(ctx context.Context, fn func(Tx[D]) error) error {
+	vctx, cancel := context.WithTimeout(ctx, p.cfg.StoreWait)
+	defer cancel()
+	err := p.cfg.Storage.View(vctx, fn)
+	if err != nil && ctx.Err() == nil && errors.Is(vctx.Err(), context.DeadlineExceeded) {
+		p.cfg.Metrics.StoreWaitExpired()
+		return StoreWaitExpired()
+	}
+	return err
+}
+
 // write runs stages 7 and 8 for a write tool: under the key's lock, the
 // key is looked up again inside the write transaction, the handler runs,
 // and its change, the idempotency record and the audit event commit

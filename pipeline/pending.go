@@ -425,7 +425,7 @@ func (p *Pipeline[D]) Takeover(ctx context.Context, all bool) (int, error) {
 	var due []*idempotency.Record
 	now := p.now()
 	pending, unknown := 0, 0
-	err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
+	err := p.view(ctx, func(tx Tx[D]) error {
 		pending, unknown, due = 0, 0, nil
 		return tx.Keys().Unsettled(func(r *idempotency.Record) error {
 			if r.State != idempotency.Pending {

@@ -349,7 +349,7 @@ func (p *Pipeline[D]) lookup(ctx context.Context, c Caller, key, digest string) 
 	deadline := time.Now().Add(p.cfg.KeyWait)
 	for {
 		var rec *idempotency.Record
-		err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
+		err := p.view(ctx, func(tx Tx[D]) error {
 			var err error
 			rec, err = tx.Keys().Get(c.Principal, key)
 			return err
@@ -449,7 +449,7 @@ func (p *Pipeline[D]) confirm(ctx context.Context, c Caller, t *Tool[D], in any)
 	}
 	op := &Op[D]{Caller: c}
 	var preview any
-	err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
+	err := p.view(ctx, func(tx Tx[D]) error {
 		op.Store, op.Now = tx.Domain(), p.now()
 		var err error
 		preview, err = callSafely(func() (any, error) { return t.preview(ctx, op, in) })
@@ -467,7 +467,7 @@ func (p *Pipeline[D]) confirm(ctx context.Context, c Caller, t *Tool[D], in any)
 func (p *Pipeline[D]) read(ctx context.Context, c Caller, t *Tool[D], in any) *Result {
 	op := &Op[D]{Caller: c}
 	var out []byte
-	err := p.cfg.Storage.View(ctx, func(tx Tx[D]) error {
+	err := p.view(ctx, func(tx Tx[D]) error {
 		op.Store, op.Now = tx.Domain(), p.now()
 		op.keys, op.running = tx.Keys(), p.locks.Held
 		var err error

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"net"
+	"net/url"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,4 +97,185 @@ func TestReplicas_StoreWaitOnAHeldHead(t *testing.T) {
 		}
 	}
 	t.Logf("answered UNAVAILABLE same_key after %v (--store-wait %v); /readyz 503 after %v, 200 %v after the head was let go", took, wait, unready, time.Since(freed))
+}
+
+// Ensure a write whose own statement waits on PostgreSQL past its
+// --store-wait (its table locked by another connection, so that it meets
+// the lock in its batch and then waits for it alone) is answered
+// UNAVAILABLE with retry same_key at the wait, its statement cancelled,
+// not when the lock wait would end (10s); and that its retry runs it once
+// when the table is free.
+func TestReplicas_StoreWaitOnALockedTable(t *testing.T) {
+	s, tok := mustReplicaStore(t)
+	const wait = time.Second
+	a := MustStartHTTP(t, httpConfig{store: s.named("writerd-a"), tokens: tok.file, args: []string{"--store-wait", wait.String()}})
+	if r := createProject(a, tok.agent, "store-locked-first"); !r.ok() {
+		t.Fatalf("the first write: %+v", r)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	holder, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "LOCK TABLE projects IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	r := createProject(a, tok.agent, "store-locked-1")
+	took := time.Since(begin)
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.err != nil || r.status != 503 || r.code != "UNAVAILABLE" || r.retry != "same_key" || took > wait+2*time.Second {
+		t.Fatalf("a write whose table is locked: %+v after %v; want 503 UNAVAILABLE same_key at --store-wait, %v (2s of slack)", r, took, wait)
+	}
+	first := createProject(a, tok.agent, "store-locked-1")
+	again := createProject(a, tok.agent, "store-locked-1")
+	if !first.ok() || !again.ok() || again.id != first.id || !again.replayed {
+		t.Fatalf("the retry once the table is free: %+v, then %+v; want it run once, then replayed", first, again)
+	}
+	t.Logf("a write whose table was locked answered UNAVAILABLE same_key after %v (--store-wait %v)", took, wait)
+}
+
+// blackhole is a TCP proxy on a loopback port whose links can be cut
+// silently: while cut, no byte passes either way and no connection is
+// closed, as on a network that drops every packet; once healed, what was
+// held passes, as TCP's retransmissions would deliver it.
+type blackhole struct {
+	ln          net.Listener
+	network, to string
+	cut         atomic.Bool
+}
+
+func startBlackhole(t *testing.T, network, to string) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln, network: network, to: to}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go b.link(c)
+		}
+	}()
+	return b
+}
+
+func (b *blackhole) link(c net.Conn) {
+	defer c.Close()
+	up, err := net.Dial(b.network, b.to)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { b.pass(up, c); done <- struct{}{} }()
+	go func() { b.pass(c, up); done <- struct{}{} }()
+	<-done
+}
+
+// pass copies from src to dst, holding what it read while the link is cut.
+func (b *blackhole) pass(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for b.cut.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Ensure a replica whose links to PostgreSQL are cut silently answers its
+// writes UNAVAILABLE with retry same_key within --store-wait, never later,
+// and /readyz 503 within the probe's wait; and that once the links heal
+// it is ready again within a second, and the retries with the same keys
+// run or replay each write once.
+func TestReplicas_StoreCutOff(t *testing.T) {
+	s, tok := mustReplicaStore(t)
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server the links go to: a TCP address, or a Unix socket (the
+	// tests' own clusters listen on one, named by the host parameter).
+	network, addr := "tcp", u.Host
+	q := u.Query()
+	if dir := q.Get("host"); strings.HasPrefix(dir, "/") {
+		port := cmp.Or(q.Get("port"), u.Port(), "5432")
+		network, addr = "unix", filepath.Join(dir, ".s.PGSQL."+port)
+		q.Del("host")
+		q.Del("port")
+		u.RawQuery = q.Encode()
+	}
+	hole := startBlackhole(t, network, addr)
+	u.Host = hole.ln.Addr().String()
+	via := s
+	via.URL = u.String()
+	const wait = time.Second
+	a := MustStartHTTP(t, httpConfig{store: via.named("writerd-a"), tokens: tok.file, args: []string{"--store-wait", wait.String()}})
+	if r := createProject(a, tok.agent, "store-cut-off-first"); !r.ok() {
+		t.Fatalf("the first write: %+v", r)
+	}
+
+	hole.cut.Store(true)
+	keys := []string{"store-cut-off-1", "store-cut-off-2", "store-cut-off-3"}
+	var took []time.Duration
+	for _, key := range keys {
+		begin := time.Now()
+		r := createProject(a, tok.agent, key)
+		d := time.Since(begin)
+		took = append(took, d)
+		if r.err != nil || r.status != 503 || r.code != "UNAVAILABLE" || r.retry != "same_key" {
+			hole.cut.Store(false)
+			t.Fatalf("a write while the store is cut off: %+v after %v; want 503 UNAVAILABLE same_key", r, d)
+		}
+		if d > wait+2*time.Second {
+			hole.cut.Store(false)
+			t.Fatalf("a write while the store is cut off was answered after %v; want --store-wait, %v (2s of slack)", d, wait)
+		}
+	}
+	begin := time.Now()
+	ready := a.Do("GET", "/readyz", "")
+	unready := time.Since(begin)
+	if ready.status != 503 || unready > daemon.ProbeWait+time.Second {
+		hole.cut.Store(false)
+		t.Fatalf("/readyz while the store is cut off: %d after %v %s; want 503 within the probe's wait, %v (1s of slack)", ready.status, unready, ready.body, daemon.ProbeWait)
+	}
+
+	hole.cut.Store(false)
+	healed := time.Now()
+	for a.Do("GET", "/readyz", "").status != 200 {
+		if time.Since(healed) > daemon.ProbeWait+time.Second {
+			t.Fatalf("/readyz still not ready %v after the links healed", time.Since(healed))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	back := time.Since(healed)
+	for _, key := range keys {
+		first := createProject(a, tok.agent, key)
+		again := createProject(a, tok.agent, key)
+		if !first.ok() || !again.ok() || again.id != first.id || !again.replayed {
+			t.Fatalf("key %s once the links healed: %+v, then %+v; want it run or replayed once, then replayed", key, first, again)
+		}
+	}
+	t.Logf("cut off: writes answered UNAVAILABLE same_key after %v (--store-wait %v); /readyz 503 after %v; ready %v after the links healed", took, wait, unready, back)
 }

@@ -305,10 +305,14 @@ const (
 // probe), and its audit log not failed its self-check (for /readyz, which
 // answers 200 when all pass).
 func (d *Daemon) Checks(ctx context.Context) []httpapi.ReadyCheck {
-	store := d.Store.Ready(ctx)
+	// The store's two looks share the probe's wait: a store gone silent
+	// makes the check fail within it, not hang.
+	sctx, cancel := context.WithTimeout(ctx, ProbeWait)
+	store := d.Store.Ready(sctx)
 	if store == nil {
-		store = d.Store.ProbeWrite(ctx)
+		store = d.Store.ProbeWrite(sctx)
 	}
+	cancel()
 	d.noteRefusal(store)
 	return append([]httpapi.ReadyCheck{
 		{Name: CheckStore, Err: store},

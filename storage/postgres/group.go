@@ -121,10 +121,12 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 				continue
 			}
 			m := t.savepoint()
+			end := t.within(u)
 			u.Err = runUnit(u.Write.fn, t)
 			if u.Err == nil {
 				u.Err = t.flush("write") // its own statements, not the next write's
 			}
+			end()
 			u.Ran()
 			contended := t.contended
 			if h := u.Hooks(); !contended && h != nil && h.Contended != nil && h.Contended() {
@@ -192,6 +194,26 @@ func internal(err error) bool {
 	return (errors.Is(err, errContended) || errors.Is(err, errDeferred)) && !errors.As(err, &pe)
 }
 
+// within bounds the statements of u's write by its caller's wait for the
+// store (groupcommit.Unit.Deadline) until the returned func is called: a
+// statement still unanswered then, sent to a server gone silent, is
+// cancelled, which ends its connection and so the transaction, rather
+// than holding the write, and its caller, until TCP gives up. Its caller
+// is answered at the deadline whatever the statement does.
+func (t *tx) within(u *unit) func() {
+	d, ok := u.Deadline()
+	if !ok {
+		return func() {}
+	}
+	base := t.ctx
+	ctx, cancel := context.WithDeadline(base, d)
+	t.ctx = ctx
+	return func() {
+		cancel()
+		t.ctx = base
+	}
+}
+
 // runAlone runs a write in a transaction of its own, where it may wait.
 func (c *committer) runAlone(u *unit) {
 	defer u.Answer()
@@ -208,7 +230,9 @@ func (c *committer) runAlone(u *unit) {
 		if fnErr = u.Gone(); fnErr != nil {
 			return fnErr // its wait ran out meanwhile: it never runs
 		}
+		end := t.within(u)
 		fnErr = runUnit(u.Write.fn, t)
+		end()
 		u.Ran()
 		return fnErr
 	})

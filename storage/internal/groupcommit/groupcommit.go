@@ -54,6 +54,12 @@ func (u *Unit[W]) Gone() error {
 	return err
 }
 
+// Deadline is the end of the caller's wait for the store, if its context
+// carried one (pipeline.StoreDeadline): a backend bounds what the write's
+// function waits for by it (PostgreSQL: its statements), since the caller
+// is answered then whatever the function does.
+func (u *Unit[W]) Deadline() (time.Time, bool) { return u.deadline, !u.deadline.IsZero() }
+
 // Ran says the write's function, which Gone let run, has returned.
 func (u *Unit[W]) Ran() { u.run.Unlock() }
 
