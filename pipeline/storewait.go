@@ -6,14 +6,15 @@ import (
 	"time"
 )
 
-// A write waits for its store a bounded time (docs/DESIGN.md section 5a):
-// each transaction the pipeline submits carries a deadline, Config.
-// StoreWait from its submission, which the store honours (Storage.Update)
-// while the write waits for its turn and for its commit. At the deadline
-// the call is answered UNAVAILABLE with retry same_key: a store that is
-// slow, stalled or cut off makes callers retry, never hang. A write not
-// yet run when its deadline passes never runs; one that ran may still
-// commit, and its key makes the retry safe, as for any commit whose
+// A write waits for its store a bounded time (docs/DESIGN.md sections 11
+// and 14): each transaction the pipeline submits carries a deadline,
+// Config.StoreWait from its submission, which the store honours
+// (Storage.Update) while the write waits for its turn and for its commit;
+// a call's read transactions are bounded alike (Pipeline.view). At the
+// deadline the call is answered UNAVAILABLE with retry same_key: a store
+// that is slow, stalled or cut off makes callers retry, never hang. A
+// write not yet run when its deadline passes never runs; one that ran may
+// still commit, and its key makes the retry safe, as for any commit whose
 // outcome is unknown.
 
 // DefaultStoreWait is Config.StoreWait's default: under the HTTP write
