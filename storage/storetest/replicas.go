@@ -58,9 +58,15 @@ func testReplicasSeen(t *testing.T, b Backend) {
 			}
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	// A window that reaches back half a second past 01B's last word, and
+	// so half a second short of 01A's heartbeat a second after it: wide
+	// margins, since a loaded machine (go test -race) may take tens of
+	// milliseconds between two calls.
+	saidB := time.Now()
+	time.Sleep(time.Second)
 	seen(e.Store, pipeline.Replica{ID: "01A", Host: "host-a:1", Config: "digest-2"}) // a heartbeat
-	if rs := list(other, 10*time.Millisecond); len(rs) != 1 || rs[0].ID != "01A" {
-		t.Fatalf("replicas seen within 10ms, 20ms after 01B's word: %+v, want 01A alone", rs)
+	within := time.Since(saidB.Add(500 * time.Millisecond))
+	if rs := list(other, within); len(rs) != 1 || rs[0].ID != "01A" {
+		t.Fatalf("replicas seen within %v, half a second after 01B's word and a second before 01A's heartbeat: %+v, want 01A alone", within, rs)
 	}
 }
