@@ -506,7 +506,7 @@ func publicURLForm(s string) bool {
 // store's own wait), so that a caller over HTTP gets its answer.
 const (
 	upstreamLease      = pipeline.DefaultLease
-	upstreamMaxTimeout = daemon.HTTPWriteTimeout - 2*daemon.CommitBudget
+	upstreamMaxTimeout = daemon.UpstreamMaxTimeout
 )
 
 // loadUpstreams reads the upstreams file, naming it <upstreams> in what

@@ -329,7 +329,7 @@ name = %q
 kind = "write"
 pin = %q
 `, upstreamName, where, min(b.agents, upstream.MaxConcurrentLimit), upstreamName, upstreamTool, pin)
-	cfg, err := upstream.Parse([]byte(text), upstream.LoadOptions{Lease: pipeline.DefaultLease, MaxTimeout: 50 * time.Second})
+	cfg, err := upstream.Parse([]byte(text), upstream.LoadOptions{Lease: pipeline.DefaultLease, MaxTimeout: daemon.UpstreamMaxTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("the fake upstream's block: %w", err)
 	}

@@ -146,6 +146,9 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 const (
 	HTTPWriteTimeout = 60 * time.Second
 	CommitBudget     = pipeline.DefaultStoreWait
+	// UpstreamMaxTimeout is what an upstream's call timeout must stay
+	// under: the HTTP write timeout less two commits.
+	UpstreamMaxTimeout = HTTPWriteTimeout - 2*CommitBudget
 )
 
 // HTTPServer is HTTPHandler on a server with every timeout set.
