@@ -38,6 +38,17 @@ func holdLock(t *testing.T, url, sql string) pgx.Tx {
 	return tx
 }
 
+// startWaiting starts replica writerd-a on store with --store-wait wait,
+// and makes its first write, under key first.
+func startWaiting(t *testing.T, store testStore, tok auditTokens, wait time.Duration, first string) *httpDaemon {
+	t.Helper()
+	a := MustStartHTTP(t, httpConfig{store: store.named("writerd-a"), tokens: tok.file, args: []string{"--store-wait", wait.String()}})
+	if r := createProject(a, tok.agent, first); !r.ok() {
+		t.Fatalf("the first write: %+v", r)
+	}
+	return a
+}
+
 // Ensure a replica whose writes cannot commit, because another
 // connection holds the audit log's head (as a replica stopped or cut off
 // inside its transaction does), answers each write UNAVAILABLE with retry
@@ -48,10 +59,7 @@ func holdLock(t *testing.T, url, sql string) pgx.Tx {
 func TestReplicas_StoreWaitOnAHeldHead(t *testing.T) {
 	s, tok := mustReplicaStore(t)
 	const wait = time.Second
-	a := MustStartHTTP(t, httpConfig{store: s.named("writerd-a"), tokens: tok.file, args: []string{"--store-wait", wait.String()}})
-	if r := createProject(a, tok.agent, "store-wait-first"); !r.ok() {
-		t.Fatalf("the first write: %+v", r)
-	}
+	a := startWaiting(t, s, tok, wait, "store-wait-first")
 	if r := a.Do("GET", "/readyz", ""); r.status != 200 {
 		t.Fatalf("/readyz before the head is held: %d %s", r.status, r.body)
 	}
@@ -118,10 +126,7 @@ func TestReplicas_StoreWaitOnAHeldHead(t *testing.T) {
 func TestReplicas_StoreWaitOnALockedTable(t *testing.T) {
 	s, tok := mustReplicaStore(t)
 	const wait = time.Second
-	a := MustStartHTTP(t, httpConfig{store: s.named("writerd-a"), tokens: tok.file, args: []string{"--store-wait", wait.String()}})
-	if r := createProject(a, tok.agent, "store-locked-first"); !r.ok() {
-		t.Fatalf("the first write: %+v", r)
-	}
+	a := startWaiting(t, s, tok, wait, "store-locked-first")
 	ctx := context.Background()
 	holder := holdLock(t, s.URL, "LOCK TABLE projects IN ACCESS EXCLUSIVE MODE")
 	begin := time.Now()
@@ -230,10 +235,7 @@ func TestReplicas_StoreCutOff(t *testing.T) {
 	via := s
 	via.URL = u.String()
 	const wait = time.Second
-	a := MustStartHTTP(t, httpConfig{store: via.named("writerd-a"), tokens: tok.file, args: []string{"--store-wait", wait.String()}})
-	if r := createProject(a, tok.agent, "store-cut-off-first"); !r.ok() {
-		t.Fatalf("the first write: %+v", r)
-	}
+	a := startWaiting(t, via, tok, wait, "store-cut-off-first")
 
 	hole.cut.Store(true)
 	keys := []string{"store-cut-off-1", "store-cut-off-2", "store-cut-off-3"}
