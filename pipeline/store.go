@@ -127,11 +127,13 @@ type Keys interface {
 // exports) the same way on every backend.
 type Audit interface {
 	auditlog.Writer
-	// Append assigns the event its sequence number, the next after the
-	// log's size, and its id and time after the last event's
+	// Append assigns the event its id and time, after the last event's
 	// (auditlog.Event.Follow), and stores it as part of the transaction:
 	// it exists exactly when the transaction commits, so that sequence
-	// numbers stay dense however writes fail.
+	// numbers stay dense however writes fail. Its id is final. Its
+	// sequence number is the next after the log's size, set here by a
+	// backend that numbers in the write's transaction (bbolt); one that
+	// numbers it later, in id order (PostgreSQL's sequencer), leaves it 0.
 	Append(e *auditlog.Event) error
 }
 

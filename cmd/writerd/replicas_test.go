@@ -74,6 +74,7 @@ type answer struct {
 	retry    string // the error's retry hint
 	replayed bool
 	id       string // the project's id, if it succeeded
+	auditID  string // its audit event's id (the direct API's Writerd-Audit-Id)
 	body     string // the body, if it was not JSON (code notJSON)
 }
 
@@ -126,7 +127,7 @@ func createProject(d *httpDaemon, token, key string) answer {
 	if err != nil {
 		return answer{err: err}
 	}
-	a := answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+	a := answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", auditID: resp.Header.Get("Writerd-Audit-Id")}
 	return a.parse(b)
 }
 
@@ -330,7 +331,8 @@ type load struct {
 	ok    func(a answer) bool                  // an answer a retried call may get
 	stop  atomic.Bool
 	wg    sync.WaitGroup
-	seen  sync.Map // answer kinds, counted: "UNAVAILABLE same_key" → *atomic.Int64
+	seen  sync.Map   // answer kinds, counted: "UNAVAILABLE same_key" → *atomic.Int64
+	timed *callTimes // if set, gets each call's time
 
 	mu       sync.Mutex
 	inFlight map[string]struct{} // keys sent, not yet answered
@@ -373,7 +375,11 @@ func (l *load) run(agents int, prefix string) {
 					l.mu.Lock()
 					l.inFlight[key] = struct{}{}
 					l.mu.Unlock()
+					began := time.Now()
 					a := createProject(d, l.token, key)
+					if l.timed != nil {
+						l.timed.add(began, time.Since(began))
+					}
 					l.mu.Lock()
 					delete(l.inFlight, key)
 					if a.ok() {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/writerd/writerd/internal/daemon"
+	"github.com/writerd/writerd/storage/postgres/pgtest"
 )
 
 // holdLock runs sql, which takes a lock, in a transaction of a connection
@@ -50,22 +51,23 @@ func startWaiting(t *testing.T, store testStore, tok auditTokens, wait time.Dura
 }
 
 // Ensure a replica whose writes cannot commit, because another
-// connection holds the audit log's head (as a replica stopped or cut off
-// inside its transaction does), answers each write UNAVAILABLE with retry
-// same_key within --store-wait, never later, and /readyz 503 with its
-// store check failing within the probe's wait; and that once the head is
-// free it is ready again within a second, and the retry with the same
-// key runs the write once.
-func TestReplicas_StoreWaitOnAHeldHead(t *testing.T) {
+// connection holds the audit log's sequencer exclusive (which an
+// integrator holds for one statement, and a stuck server could hold
+// longer), answers each write UNAVAILABLE with retry same_key within
+// --store-wait, never later, and /readyz 503 with its store check failing
+// within the probe's wait; and that once the sequencer is free it is
+// ready again within a second, and the retry with the same key runs or
+// replays the write once.
+func TestReplicas_StoreWaitOnAHeldSequencer(t *testing.T) {
 	s, tok := mustReplicaStore(t)
 	const wait = time.Second
 	a := startWaiting(t, s, tok, wait, "store-wait-first")
 	if r := a.Do("GET", "/readyz", ""); r.status != 200 {
-		t.Fatalf("/readyz before the head is held: %d %s", r.status, r.body)
+		t.Fatalf("/readyz before the sequencer is held: %d %s", r.status, r.body)
 	}
 
 	ctx := context.Background()
-	holder := holdLock(t, s.URL, "SELECT size FROM audit_head FOR UPDATE")
+	holder := holdLock(t, s.URL, pgtest.HoldSequencer)
 
 	begin := time.Now()
 	r := a.Do("GET", "/readyz", "")
@@ -77,11 +79,11 @@ func TestReplicas_StoreWaitOnAHeldHead(t *testing.T) {
 			Message string `json:"message"`
 		} `json:"checks"`
 	}
-	if err := json.Unmarshal([]byte(r.body), &ready); err != nil || r.status != 503 || ready.Checks["store"].State != "failing" || !strings.Contains(ready.Checks["store"].Message, "head") {
-		t.Fatalf("/readyz while the head is held: %d %s; want 503, the store failing", r.status, r.body)
+	if err := json.Unmarshal([]byte(r.body), &ready); err != nil || r.status != 503 || ready.Checks["store"].State != "failing" || !strings.Contains(ready.Checks["store"].Message, "sequencer") {
+		t.Fatalf("/readyz while the sequencer is held: %d %s; want 503, the store failing", r.status, r.body)
 	}
 	if unready > daemon.ProbeWait+time.Second {
-		t.Fatalf("/readyz while the head is held answered after %v; want within the probe's wait, %v (1s of slack)", unready, daemon.ProbeWait)
+		t.Fatalf("/readyz while the sequencer is held answered after %v; want within the probe's wait, %v (1s of slack)", unready, daemon.ProbeWait)
 	}
 
 	var took []time.Duration
@@ -91,10 +93,10 @@ func TestReplicas_StoreWaitOnAHeldHead(t *testing.T) {
 		d := time.Since(begin)
 		took = append(took, d)
 		if r.err != nil || r.status != 503 || r.code != "UNAVAILABLE" || r.retry != "same_key" {
-			t.Fatalf("a write while the head is held: %+v after %v; want 503 UNAVAILABLE same_key", r, d)
+			t.Fatalf("a write while the sequencer is held: %+v after %v; want 503 UNAVAILABLE same_key", r, d)
 		}
 		if d < wait || d > wait+2*time.Second {
-			t.Fatalf("a write while the head is held was answered after %v; want --store-wait, %v (2s of slack)", d, wait)
+			t.Fatalf("a write while the sequencer is held was answered after %v; want --store-wait, %v (2s of slack)", d, wait)
 		}
 	}
 	if err := holder.Rollback(ctx); err != nil {
@@ -103,7 +105,7 @@ func TestReplicas_StoreWaitOnAHeldHead(t *testing.T) {
 	freed := time.Now()
 	for a.Do("GET", "/readyz", "").status != 200 {
 		if time.Since(freed) > time.Second {
-			t.Fatalf("/readyz still not ready %v after the head was let go", time.Since(freed))
+			t.Fatalf("/readyz still not ready %v after the sequencer was let go", time.Since(freed))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -111,10 +113,10 @@ func TestReplicas_StoreWaitOnAHeldHead(t *testing.T) {
 		first := createProject(a, tok.agent, key)
 		again := createProject(a, tok.agent, key)
 		if !first.ok() || !again.ok() || again.id != first.id || !again.replayed {
-			t.Fatalf("key %s once the head is free: %+v, then %+v; want it run once, then replayed", key, first, again)
+			t.Fatalf("key %s once the sequencer is free: %+v, then %+v; want it run or replayed once, then replayed", key, first, again)
 		}
 	}
-	t.Logf("answered UNAVAILABLE same_key after %v (--store-wait %v); /readyz 503 after %v, 200 %v after the head was let go", took, wait, unready, time.Since(freed))
+	t.Logf("answered UNAVAILABLE same_key after %v (--store-wait %v); /readyz 503 after %v, 200 %v after the sequencer was let go", took, wait, unready, time.Since(freed))
 }
 
 // Ensure a write whose own statement waits on PostgreSQL past its
@@ -154,6 +156,7 @@ type blackhole struct {
 	ln          net.Listener
 	network, to string
 	cut         atomic.Bool
+	delay       atomic.Int64 // nanoseconds each chunk waits, each way: a slow link
 }
 
 func startBlackhole(t *testing.T, network, to string) *blackhole {
@@ -197,6 +200,9 @@ func (b *blackhole) pass(dst, src net.Conn) {
 		for b.cut.Load() {
 			time.Sleep(10 * time.Millisecond)
 		}
+		if d := b.delay.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -208,13 +214,10 @@ func (b *blackhole) pass(dst, src net.Conn) {
 	}
 }
 
-// Ensure a replica whose links to PostgreSQL are cut silently answers its
-// writes UNAVAILABLE with retry same_key within --store-wait, never later,
-// and /readyz 503 within the probe's wait; and that once the links heal
-// it is ready again within a second, and the retries with the same keys
-// run or replay each write once.
-func TestReplicas_StoreCutOff(t *testing.T) {
-	s, tok := mustReplicaStore(t)
+// viaBlackhole returns s reached through a blackhole of its own, and the
+// blackhole.
+func viaBlackhole(t *testing.T, s testStore) (testStore, *blackhole) {
+	t.Helper()
 	u, err := url.Parse(s.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +237,17 @@ func TestReplicas_StoreCutOff(t *testing.T) {
 	u.Host = hole.ln.Addr().String()
 	via := s
 	via.URL = u.String()
+	return via, hole
+}
+
+// Ensure a replica whose links to PostgreSQL are cut silently answers its
+// writes UNAVAILABLE with retry same_key within --store-wait, never later,
+// and /readyz 503 within the probe's wait; and that once the links heal
+// it is ready again within a second, and the retries with the same keys
+// run or replay each write once.
+func TestReplicas_StoreCutOff(t *testing.T) {
+	s, tok := mustReplicaStore(t)
+	via, hole := viaBlackhole(t, s)
 	const wait = time.Second
 	a := startWaiting(t, via, tok, wait, "store-cut-off-first")
 

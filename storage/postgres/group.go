@@ -18,31 +18,12 @@ import (
 // session that looks at the transaction slows down.
 const MaxBatch = 60
 
-// The lock timeouts: in a batch nothing waits (but for the log's head,
-// lockHead); a write run alone waits for what it needs, within a bound.
+// The lock timeouts: in a batch nothing waits; a write run alone waits
+// for what it needs, within a bound.
 const (
 	batchLockTimeout = "SET LOCAL lock_timeout = '20ms'"
 	aloneLockTimeout = "SET LOCAL lock_timeout = '10s'"
-	// headWait is how long a batch waits for the log's head, which
-	// another replica's transaction holds until it commits: a few
-	// milliseconds, unless that replica is stopped or cut off mid-commit
-	// (then until PostgreSQL ends its transaction). Past it, the batch
-	// defers its appends to the next batch, so that the writes behind them
-	// still reach their claims: a key the stuck transaction holds is
-	// answered IDEMPOTENCY_KEY_IN_USE within its wait, not after the stall.
-	headWait = "SET LOCAL lock_timeout = '500ms'"
 )
-
-// deferralMargin is how much longer than Config.IdleInTransaction a
-// write is deferred from batch to batch for a busy head before it is
-// answered UNAVAILABLE: PostgreSQL ends a stuck replica's transaction,
-// which holds the head, after IdleInTransaction, and the writes deferred
-// behind it should still reach the head once it has.
-const deferralMargin = 5 * time.Second
-
-// busyMessage: the write waited for the log's head past the committer's
-// maxDeferral.
-const busyMessage = "The store is too busy to take the call now, and nothing of it was recorded; send the call again with the same key in a little while."
 
 // Group commit, as on bbolt (docs/DESIGN.md section 11): the writes that
 // arrive while a commit is in flight share the next transaction, each
@@ -61,8 +42,8 @@ const busyMessage = "The store is too busy to take the call now, and nothing of 
 // closes its connection); the lock timeouts bound every wait instead.
 type write struct {
 	fn      func(pipeline.Tx[handlers.Store]) error
-	since   time.Time // when it was queued
-	outcome outcome   // in the batch being committed
+	stale   bool    // its batch's seal was refused once: it ran again in the next
+	outcome outcome // in the batch being committed
 }
 
 type unit = groupcommit.Unit[write]
@@ -72,26 +53,23 @@ type unit = groupcommit.Unit[write]
 type outcome uint8
 
 const (
-	unitPending  outcome = iota // not reached: the transaction failed before or at it
-	unitRan                     // ran: committed with the batch, or failed with it
-	unitFailed                  // failed on its own, rolled back to its savepoint
-	unitAlone                   // met a lock: runAlone answers it
-	unitDeferred                // the head was busy: for the next batch
+	unitPending outcome = iota // not reached: the transaction failed before or at it
+	unitRan                    // ran: committed with the batch, or failed with it
+	unitFailed                 // failed on its own, rolled back to its savepoint
+	unitAlone                  // met a lock: runAlone answers it
 )
 
 // committer runs the writes of one replica on the shared loop
 // (storage/internal/groupcommit), committing each batch in one
 // transaction.
 type committer struct {
-	s           *Store
-	maxDeferral time.Duration // how long a write may be deferred for a busy head
-	group       *groupcommit.Committer[write]
+	s     *Store
+	group *groupcommit.Committer[write]
 }
 
-// newCommitter starts the group commit of s, whose server ends a
-// transaction idle for idleInTransaction.
-func newCommitter(s *Store, idleInTransaction time.Duration) *committer {
-	c := &committer{s: s, maxDeferral: idleInTransaction + deferralMargin}
+// newCommitter starts the group commit of s.
+func newCommitter(s *Store) *committer {
+	c := &committer{s: s}
 	c.group = groupcommit.Start(MaxBatch, errClosedStore, c.commit)
 	return c
 }
@@ -99,19 +77,20 @@ func newCommitter(s *Store, idleInTransaction time.Duration) *committer {
 var errClosedStore = pipeline.Wrap(pipeline.Unavailable, errClosed, closedMessage)
 
 func (c *committer) write(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
-	return c.group.Submit(ctx, write{fn: fn, since: time.Now()})
+	return c.group.Submit(ctx, write{fn: fn})
 }
 
 // commit runs a batch in one transaction and answers its writes, but for
-// those it returns, deferred to the next batch: the log's head was busy
-// past headWait. A write that met another lock is rolled back to its
-// savepoint and run again alone at once, not after the batch, which may
-// itself wait for the head: alone, it still answers within its key's wait.
+// those it returns for the next batch: its seal was refused, the audit
+// log cut past its events (errStale), which nothing of the batch
+// committed; run again, they get new ids. A write refused so twice runs
+// alone. A write that met another lock is rolled back to its savepoint
+// and run again alone at once, not after the batch.
 func (c *committer) commit(batch []*unit) (again []*unit) {
 	start := time.Now()
 	ctx := context.Background()
 	for _, u := range batch {
-		u.Err, u.Write.outcome = nil, unitPending // a deferred write's last batch is over
+		u.Err, u.Write.outcome = nil, unitPending // a write run again's last batch is over
 	}
 	ran := 0
 	err := c.inTx(ctx, false, func(t *tx) error {
@@ -140,21 +119,21 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 			if err := t.rollbackTo(m); err != nil {
 				return err
 			}
-			switch {
-			case contended:
+			if contended {
 				u.Write.outcome = unitAlone
 				c.group.Go(func() { c.runAlone(u) })
-			case errors.Is(u.Err, errDeferred):
-				u.Write.outcome = unitDeferred
-			default:
+			} else {
 				u.Write.outcome = unitFailed
 			}
 		}
 		return nil
 	})
-	if err == nil {
+	stale := errors.Is(err, errStale)
+	switch {
+	case err == nil:
 		c.s.observer.Observe(time.Since(start), ran)
-	} else if internal(err) {
+	case stale:
+	case internal(err):
 		// Not the pipeline's to see; nothing of the batch was committed.
 		err = pipeline.Wrap(pipeline.Unavailable, err, unavailableMessage)
 	}
@@ -162,14 +141,22 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 		switch u.Write.outcome {
 		case unitAlone:
 			continue // runAlone answers it
-		case unitDeferred:
-			if err == nil && time.Since(u.Write.since) < c.maxDeferral {
-				again = append(again, u)
-				continue
-			}
 		case unitFailed:
 			// Its own failure, rolled back to its savepoint, whatever became
 			// of the batch.
+		case unitRan:
+			if stale && !u.Write.stale {
+				u.Write.stale = true
+				u.Err = nil
+				again = append(again, u)
+				continue
+			}
+			if stale {
+				u.Write.outcome = unitAlone
+				c.group.Go(func() { c.runAlone(u) })
+				continue
+			}
+			fallthrough
 		default:
 			if u.Err == nil {
 				u.Err = err // committed (nil) or not, with the batch
@@ -178,9 +165,6 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 		if internal(u.Err) {
 			// Not a write's answer: nothing of it was committed.
 			u.Err = err
-			if err == nil {
-				u.Err = pipeline.Wrap(pipeline.Unavailable, errDeferred, busyMessage)
-			}
 		}
 		u.Answer()
 	}
@@ -191,7 +175,7 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 // which no caller may be answered: not yet an error of the pipeline's.
 func internal(err error) bool {
 	var pe *pipeline.Error
-	return (errors.Is(err, errContended) || errors.Is(err, errDeferred)) && !errors.As(err, &pe)
+	return (errors.Is(err, errContended) || errors.Is(err, errStale)) && !errors.As(err, &pe)
 }
 
 // within bounds the statements of u's write by its caller's wait for the
@@ -225,20 +209,27 @@ func (c *committer) runAlone(u *unit) {
 	// connection: its caller's wait is not held up by that (Ran).
 	u.Ran()
 	start := time.Now()
-	var fnErr error
-	err := c.inTx(context.Background(), true, func(t *tx) error {
-		if fnErr = u.Gone(); fnErr != nil {
-			return fnErr // its wait ran out meanwhile: it never runs
+	var fnErr, err error
+	for range staleRuns {
+		err = c.inTx(context.Background(), true, func(t *tx) error {
+			if fnErr = u.Gone(); fnErr != nil {
+				return fnErr // its wait ran out meanwhile: it never runs
+			}
+			end := t.within(u)
+			fnErr = runUnit(u.Write.fn, t)
+			end()
+			u.Ran()
+			return fnErr
+		})
+		if !errors.Is(err, errStale) || fnErr != nil {
+			break
 		}
-		end := t.within(u)
-		fnErr = runUnit(u.Write.fn, t)
-		end()
-		u.Ran()
-		return fnErr
-	})
+	}
 	switch {
 	case fnErr != nil:
 		u.Err = fnErr
+	case errors.Is(err, errStale):
+		u.Err = pipeline.Wrap(pipeline.Unavailable, err, unavailableMessage)
 	case err != nil:
 		u.Err = err
 	default:
@@ -250,16 +241,25 @@ func (c *committer) runAlone(u *unit) {
 	}
 }
 
-// inTx runs fn in a write transaction and commits it if fn returns nil.
-// A failure to commit is UNAVAILABLE with retry same_key: a COMMIT whose
-// connection died has an unknown outcome, which the key decides.
+// inTx runs fn in a write transaction and commits it if fn returns nil:
+// with its seal in the COMMIT's message if it queued audit events
+// (sealCommit), errStale if the seal is refused. A failure to commit is
+// UNAVAILABLE with retry same_key: a COMMIT whose connection died has an
+// unknown outcome, which the key decides.
 func (c *committer) inTx(ctx context.Context, alone bool, fn func(*tx) error) error {
-	q, err := c.s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	conn, err := c.s.pool.Acquire(ctx)
+	if err != nil {
+		return wrapErr("begin", err)
+	}
+	// Released, not closed: a connection whose transaction did not end
+	// (its COMMIT's outcome unknown) is destroyed by the pool.
+	defer conn.Release()
+	q, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return wrapErr("begin", err)
 	}
 	rollback := func() { q.Rollback(context.WithoutCancel(ctx)) }
-	t := &tx{ctx: ctx, write: true, alone: alone}
+	t := &tx{ctx: ctx, s: c.s, write: true, alone: alone}
 	t.q = lazyTx{Tx: q, t: t}
 	timeout := batchLockTimeout
 	if alone {
@@ -270,15 +270,24 @@ func (c *committer) inTx(ctx context.Context, alone bool, fn func(*tx) error) er
 		rollback()
 		return err
 	}
-	if err := t.flushHead(); err != nil {
-		rollback()
-		return err
-	}
 	if err := t.flush("commit"); err != nil {
 		rollback()
 		return err
 	}
-	if err := q.Commit(context.WithoutCancel(ctx)); err != nil {
+	if t.first == "" {
+		err = q.Commit(context.WithoutCancel(ctx))
+	} else {
+		_, err = conn.Exec(context.WithoutCancel(ctx), sealCommit, pgx.QueryExecModeSimpleProtocol, t.first)
+		if err != nil {
+			// Its transaction aborted, unless its connection died: then
+			// the rollback does not wait for it.
+			rollback()
+			if c.s.stale(err) {
+				return errStale
+			}
+		}
+	}
+	if err != nil {
 		return pipeline.Wrap(pipeline.Unavailable, &pgError{text: "postgres: commit: " + describe(err), err: err}, unavailableMessage)
 	}
 	return nil

@@ -16,12 +16,9 @@ type log struct{ t *tx }
 // leavesPage is how many events Leaves reads a statement.
 const leavesPage = 1000
 
-// Size is the head's: this transaction's if it appended, else the last
-// committed.
+// Size is the head's: the events integrated (sequencer.go).
 func (l log) Size() (uint64, error) {
-	if l.t.head != nil {
-		return l.t.head.size, nil
-	}
+	l.t.settle()
 	var size int64
 	err := l.t.q.QueryRow(l.t.ctx, "SELECT size FROM audit_head").Scan(&size)
 	return uint64(size), l.t.check("read the log's size", err)
@@ -31,6 +28,7 @@ func (l log) Leaf(seq uint64) ([]byte, error) {
 	if seq == 0 || seq > 1<<62 {
 		return nil, auditlog.ErrNotFound
 	}
+	l.t.settle()
 	var c []byte
 	err := l.t.q.QueryRow(l.t.ctx, "SELECT canonical FROM audit_events WHERE seq = $1", int64(seq)).Scan(&c)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -46,6 +44,7 @@ func (l log) Leaves(from uint64) auditlog.Stream {
 		if from > 1<<62 {
 			return nil
 		}
+		l.t.settle()
 		next := int64(from)
 		for {
 			rows, err := l.t.q.Query(l.t.ctx, "SELECT seq, canonical, leaf_check FROM audit_events WHERE seq >= $1 ORDER BY seq LIMIT $2", next, leavesPage)
@@ -84,6 +83,7 @@ func (l log) Leaves(from uint64) auditlog.Stream {
 func (l log) ReadHashes(indexes []int64) ([]tlog.Hash, error) { return l.t.ReadHashes(indexes) }
 
 func (l log) Checkpoints() ([][]byte, error) {
+	l.t.settle()
 	rows, err := l.t.q.Query(l.t.ctx, "SELECT signed FROM audit_checkpoints ORDER BY size")
 	if err != nil {
 		return nil, l.t.check("read the checkpoints", err)
@@ -93,6 +93,7 @@ func (l log) Checkpoints() ([][]byte, error) {
 }
 
 func (l log) LatestCheckpoint() (uint64, []byte, error) {
+	l.t.settle()
 	var size int64
 	var signed []byte
 	err := l.t.q.QueryRow(l.t.ctx, "SELECT size, signed FROM audit_checkpoints ORDER BY size DESC LIMIT 1").Scan(&size, &signed)
@@ -110,47 +111,28 @@ func (l log) PutCheckpoint(size uint64, signed []byte) error {
 	return err
 }
 
-// Append gives e the sequence number after the head's, its time and id
-// after the last event's, and stores it with the tree hashes it adds, in
-// the transaction. The head stays locked until the transaction ends, so
-// that no other append, on any replica, comes between.
+// Append gives e its id and time after the last event of this replica
+// and every cut it has seen, and queues it in the transaction, with no
+// sequence number: an integration gives it its place in the log, shortly
+// after the transaction commits, in id order (sequencer.go). Its id is
+// final: the caller may answer it.
 func (l log) Append(e *auditlog.Event) error {
 	t := l.t
-	h, err := t.lockHead()
-	if err != nil {
+	if err := t.s.clock.follow(e); err != nil {
 		return err
 	}
-	if err := e.Follow(h.lastID, h.lastTime); err != nil {
-		return err
-	}
-	e.Seq = h.size + 1
+	e.Seq = 0
 	c, err := e.Canonical()
 	if err != nil {
 		return err
 	}
-	n := int64(e.Seq - 1)
-	hashes, err := tlog.StoredHashes(n, c, t)
-	if err != nil {
-		return err
-	}
-	first := tlog.StoredHashIndex(0, n)
-	idx := make([]int64, len(hashes))
-	vals := make([][]byte, len(hashes))
-	for i, hash := range hashes {
-		idx[i], vals[i] = first+int64(i), hash[:]
-	}
 	// Sent with the write's next statement (its key's record), or at its
 	// end: nothing waits for its result but its error.
-	t.deferExec("store an event", "WITH e AS (INSERT INTO audit_events (seq, leaf_check, canonical) VALUES ($1, $2, $3)) "+
-		"INSERT INTO audit_hashes (idx, hash) SELECT * FROM unnest($4::bigint[], $5::bytea[])",
-		int64(e.Seq), hashes[0][:8], c, idx, vals)
-	if t.hashes == nil {
-		t.hashes = map[int64]tlog.Hash{}
+	t.deferExec("queue an event", "INSERT INTO audit_queue (id, event) VALUES ($1, $2)", e.ID, c)
+	if t.first == "" || e.ID < t.first {
+		t.first = e.ID
 	}
-	for i, hash := range hashes {
-		t.hashes[idx[i]] = hash
-		t.journal = append(t.journal, idx[i])
-	}
-	h.size, h.lastID, h.lastTime, h.dirty = e.Seq, e.ID, e.Time, true
 	return nil
 }
+
+var _ auditlog.Writer = log{}

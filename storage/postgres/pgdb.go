@@ -51,11 +51,15 @@ type Config struct {
 	// IdleInTransaction is how long the server lets a transaction sit
 	// idle before it ends it, releasing its claims and locks: a replica
 	// stopped or partitioned mid-write holds nothing longer (default 10s).
-	// A write waiting for the log's head another replica holds is deferred
-	// a little longer than it (group.go).
+	// No other replica's write waits on it meanwhile but for the keys and
+	// rows it holds: the audit log's sequencer is never held across a
+	// wait for a replica (sequencer.go).
 	IdleInTransaction time.Duration
 	// ReadOnly opens the store for reading only (writerd check and audit):
-	// nothing is migrated, and every transaction is read-only.
+	// nothing is migrated, and every transaction is read-only but one: a
+	// read of the audit log first integrates the events already committed
+	// (sequencer.go), if the role may, which numbers them and changes no
+	// write; else the log reads as the replicas integrated it.
 	ReadOnly bool
 }
 
@@ -73,8 +77,12 @@ func ParseURL(url string) (database string, err error) {
 // pipeline.Store on a pool of connections to one database, which any
 // number of writerd processes may share.
 type Store struct {
-	pool    *pgxpool.Pool
-	commits *committer
+	pool     *pgxpool.Pool
+	writer   *pgxpool.Pool // the integrator's (sequencer.go)
+	readOnly bool
+	commits  *committer
+	clock    clock
+	integ    integrator
 
 	observer groupcommit.Observer
 
@@ -147,8 +155,28 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		}
 		return nil, err
 	}
-	s := &Store{pool: pool}
-	s.commits = newCommitter(s, c.IdleInTransaction)
+	s := &Store{pool: pool, readOnly: c.ReadOnly}
+	if s.writer, err = newWriterPool(ctx, pc); err != nil {
+		pool.Close()
+		return nil, ErrBadURL
+	}
+	if !c.ReadOnly {
+		// The first event after the last cut: the log's own clock, should
+		// this replica's be behind.
+		var cut string
+		var last int64
+		if err := pool.QueryRow(ctx, "SELECT (SELECT id FROM audit_cut), (SELECT last_time FROM audit_head)").Scan(&cut, &last); err != nil {
+			pool.Close()
+			s.writer.Close()
+			return nil, unreachable(err)
+		}
+		s.clock.past(cut)
+		if t := time.Unix(0, last).UTC(); last != 0 && t.After(s.clock.lastTime) {
+			s.clock.lastTime = t
+		}
+		s.startIntegrating()
+	}
+	s.commits = newCommitter(s)
 	return s, nil
 }
 
@@ -169,7 +197,7 @@ func (s *Store) View(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) e
 		return wrapErr("begin", err)
 	}
 	defer q.Rollback(context.WithoutCancel(ctx))
-	t := &tx{ctx: ctx, q: q}
+	t := &tx{ctx: ctx, s: s, q: q, view: true}
 	return fn(t.bound())
 }
 
@@ -195,14 +223,15 @@ func (s *Store) Ready(ctx context.Context) error {
 	return nil
 }
 
-// headHeldMessage: the probe of /readyz could not lock the audit log's
-// head within its wait: this replica's writes cannot commit now.
-const headHeldMessage = "The store cannot commit writes now: the audit log's head, which every write locks, is held by another transaction; send the call again with the same key, here in a little while or to another replica."
+// sealHeldMessage: the probe of /readyz could not take the audit log's
+// sequencer within its wait: this replica's writes cannot commit now.
+const sealHeldMessage = "The store cannot commit writes now: the audit log's sequencer, which every write's commit takes, is held by another transaction; send the call again with the same key, here in a little while or to another replica."
 
-// ProbeWrite locks the audit log's head, which every append locks, and
-// lets it go, writing nothing, by ctx's deadline (pipeline.WriteProber):
-// it fails while another transaction holds the head (a replica stopped
-// or cut off inside its own), or the server does not answer.
+// ProbeWrite takes the audit log's sequencer shared, as every write's
+// commit does (writerd_seal), and lets it go, writing nothing, by ctx's
+// deadline (pipeline.WriteProber): it fails while the server does not
+// answer, or another transaction holds the sequencer exclusive past the
+// wait (an integrator holds it for one statement).
 func (s *Store) ProbeWrite(ctx context.Context) error {
 	if s.isClosed() {
 		return errClosed
@@ -212,8 +241,8 @@ func (s *Store) ProbeWrite(ctx context.Context) error {
 		return wrapErr("probe", err)
 	}
 	defer func() {
-		// Let go of the head at once; a server gone silent does not hold
-		// the probe past a second more.
+		// Let go at once; a server gone silent does not hold the probe
+		// past a second more.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		q.Rollback(rctx)
@@ -222,13 +251,11 @@ func (s *Store) ProbeWrite(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(time.Until(d)-100*time.Millisecond, time.Millisecond)
 	}
-	if _, err := q.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", wait.Milliseconds())); err != nil {
-		return wrapErr("probe", err)
-	}
-	if _, err := q.Exec(ctx, "SELECT 1 FROM audit_head FOR UPDATE"); err != nil {
+	probe := fmt.Sprintf("SET LOCAL lock_timeout = %d; SELECT pg_advisory_xact_lock_shared(%d)", wait.Milliseconds(), int64(sequenceKey))
+	if _, err := q.Exec(ctx, probe, pgx.QueryExecModeSimpleProtocol); err != nil {
 		var pg *pgconn.PgError
 		if errors.As(err, &pg) && pg.Code == "55P03" { // lock_not_available
-			return pipeline.Wrap(pipeline.Unavailable, &pgError{text: "postgres: probe: the audit log's head is held", err: err}, headHeldMessage)
+			return pipeline.Wrap(pipeline.Unavailable, &pgError{text: "postgres: probe: the audit log's sequencer is held", err: err}, sealHeldMessage)
 		}
 		return wrapErr("probe", err)
 	}
@@ -241,7 +268,9 @@ func (s *Store) ObserveCommits(f func(d time.Duration, writes int)) {
 }
 
 // Close waits for the commit in flight, answers the writes still queued
-// UNAVAILABLE, and closes the pool.
+// UNAVAILABLE, integrates the events queued (for two seconds at most:
+// what is left, another replica or the next start integrates), and
+// closes the pools.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -258,6 +287,13 @@ func (s *Store) Close() error {
 	}
 	s.leadMu.Unlock()
 	s.commits.stop()
+	s.stopIntegrating()
+	if !s.readOnly {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.integrateAll(ctx)
+		cancel()
+	}
+	s.writer.Close()
 	s.pool.Close()
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/mod/sumdb/tlog"
 
-	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -19,40 +18,41 @@ import (
 // alone, where it may wait (group.go).
 var errContended = errors.New("pgdb: a lock another transaction holds")
 
-// errDeferred: the batch could not lock the audit log's head within
-// headWait; its appends wait for the next batch (group.go).
-var errDeferred = errors.New("pgdb: the audit log's head is busy")
-
 // tx is one transaction of the store: a read-only one (View), a batch of
-// the group commit, or a write run alone. In a batch nothing may wait on
-// another transaction but for the audit log's head (lock_timeout is short,
-// claims are try-locks): a wait would stall every write of the batch, and
-// could deadlock with another replica's batch, which holds the head. A
-// write that would wait is marked contended and run again alone, where it
-// waits for what it needs and takes the head last.
+// the group commit, a write run alone, or an integration (sequencer.go).
+// In a batch nothing may wait on another transaction (lock_timeout is
+// short, claims are try-locks): a wait would stall every write of the
+// batch, and could deadlock with another replica's batch. A write that
+// would wait is marked contended and run again alone, where it waits for
+// what it needs.
 type tx struct {
 	ctx   context.Context
+	s     *Store
 	q     pgx.Tx
 	write bool
 	alone bool
+	view  bool // a View's: its first read of the log integrates first (settle)
 
 	contended bool
-	headBusy  bool // a batch's wait for the head timed out: its appends are deferred
+	settled   bool
 	// Statements whose results nothing waits for, which the next statement
 	// sends first, in its round trip (lazyTx): early are the transaction's
 	// own (its lock timeout), sent before any savepoint; savepointDue says
 	// the write's savepoint is not sent yet; later are the write's (an
-	// event's insert, the head's wait), after its savepoint.
+	// event's insert), after its savepoint.
 	savepointDue bool
 	early        []queued
 	later        []queued
 
-	head    *head               // the audit log's head, once this transaction locked it
-	hashes  map[int64]tlog.Hash // tree hashes this transaction stored, for the appends after
-	journal []int64             // the indexes of hashes, in the order stored
+	// first is the least id of the events this write transaction queued,
+	// which its seal holds to the cut (sequencer.go); "" if none.
+	first string
+
+	head   *head               // the audit log's head, once an integration locked it
+	hashes map[int64]tlog.Hash // tree hashes an integration stored, for the events after
 }
 
-// head is the audit log's head as this transaction sees it.
+// head is the audit log's head as an integration sees it.
 type head struct {
 	size     uint64
 	lastID   string
@@ -61,10 +61,7 @@ type head struct {
 }
 
 // mark is a transaction's state at a write's savepoint.
-type mark struct {
-	head    *head
-	journal int
-}
+type mark struct{ first string }
 
 func (t *tx) bound() pipeline.Tx[handlers.Store] { return bound{t} }
 
@@ -114,11 +111,7 @@ func (t *tx) forUpdate() string {
 // SAVEPOINT itself waits for the write's first statement (lazyTx), which
 // is almost always its claim, sent with it in one round trip.
 func (t *tx) savepoint() mark {
-	m := mark{journal: len(t.journal)}
-	if t.head != nil {
-		h := *t.head
-		m.head = &h
-	}
+	m := mark{first: t.first}
 	t.savepointDue = true
 	return m
 }
@@ -126,11 +119,7 @@ func (t *tx) savepoint() mark {
 // rollbackTo undoes a write of a batch, to its savepoint: none, if the
 // write sent no statement.
 func (t *tx) rollbackTo(m mark) error {
-	for _, idx := range t.journal[m.journal:] {
-		delete(t.hashes, idx)
-	}
-	t.journal = t.journal[:m.journal]
-	t.head = m.head
+	t.first = m.first
 	t.contended = false
 	t.later = nil // the write's own, unsent
 	if t.savepointDue {
@@ -306,40 +295,16 @@ func (b errBatch) QueryRow() pgx.Row                { return errRow{b.err} }
 func (b errBatch) Close() error                     { return b.err }
 func (b errBatch) Tx() pgx.Tx                       { return nil }
 
-// lockHead locks the audit log's head for this transaction, once: every
-// append of every replica goes through it, so sequence numbers are dense
-// and follow commit order. In a batch it is the one lock that waits.
+// lockHead locks the audit log's head for an integration (sequencer.go):
+// integrations take the queued events in one at a time. No write locks
+// it.
 func (t *tx) lockHead() (*head, error) {
 	if t.head != nil {
 		return t.head, nil
 	}
-	if !t.alone && t.headBusy {
-		return nil, errDeferred
-	}
 	var h head
 	var last int64
-	const lock = "SELECT size, last_id, last_time FROM audit_head FOR UPDATE"
-	var err error
-	if t.alone {
-		err = t.q.QueryRow(t.ctx, lock).Scan(&h.size, &h.lastID, &last)
-	} else {
-		// The head's own wait, then the batch's again: one round trip.
-		t.deferExec("set the head's lock timeout", headWait)
-		b := &pgx.Batch{}
-		b.Queue(lock)
-		b.Queue(batchLockTimeout)
-		var br pgx.BatchResults
-		if br, err = t.sendBatch(b); err == nil {
-			err = br.QueryRow().Scan(&h.size, &h.lastID, &last)
-			if cerr := br.Close(); err == nil {
-				err = cerr
-			}
-		}
-	}
-	if err != nil && !t.alone && isCode(err, "55P03") {
-		t.headBusy = true
-		return nil, errDeferred
-	}
+	err := t.q.QueryRow(t.ctx, "SELECT size, last_id, last_time FROM audit_head FOR UPDATE").Scan(&h.size, &h.lastID, &last)
 	if err != nil {
 		return nil, wrapErr("lock the log", err)
 	}
@@ -350,22 +315,10 @@ func (t *tx) lockHead() (*head, error) {
 	return t.head, nil
 }
 
-// flushHead writes the head back, before the commit.
-func (t *tx) flushHead() error {
-	if t.head == nil || !t.head.dirty {
-		return nil
-	}
-	var last int64
-	if !t.head.lastTime.IsZero() {
-		last = t.head.lastTime.UnixNano()
-	}
-	_, err := t.q.Exec(t.ctx, "UPDATE audit_head SET size = $1, last_id = $2, last_time = $3", int64(t.head.size), t.head.lastID, last)
-	return wrapErr("update the log's head", err)
-}
-
 // ReadHashes reads stored tree hashes: those this transaction stored
 // first, then the database's.
 func (t *tx) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	t.settle()
 	out := make([]tlog.Hash, len(indexes))
 	var want []int64
 	for i, idx := range indexes {
@@ -410,4 +363,14 @@ func (t *tx) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	return out, nil
 }
 
-var _ auditlog.Writer = log{}
+// settle integrates, before a View's first read of the audit log, the
+// events of every write answered before it (Store.Integrate), so that a
+// reader sees them; should that fail (the server busy), the view reads
+// the log as integrated so far.
+func (t *tx) settle() {
+	if !t.view || t.settled {
+		return
+	}
+	t.settled = true
+	t.s.Integrate(t.ctx) // its failure is the reads' to meet, if the server is gone
+}

@@ -95,6 +95,7 @@ func testAppend(t *testing.T, b Backend) {
 	appendAll(1) // across transactions and within one
 	appendAll(1)
 	appendAll(5)
+	e.Numbered(evs...)
 	ids := map[string]bool{}
 	for i, ev := range evs {
 		if ev.Seq != uint64(i+1) {
@@ -118,6 +119,7 @@ func testAppend(t *testing.T, b Backend) {
 	// A clock that steps back: the event keeps the log's order.
 	back := event(Start.Add(-time.Hour), "key-back-01")
 	e.Update(func(tx pipeline.Tx[handlers.Store]) error { return tx.Audit().Append(back) })
+	e.Numbered(back)
 	if last := evs[len(evs)-1]; back.Time.Before(last.Time) || back.ID <= last.ID {
 		t.Errorf("an event dated before the last one: time %v, id %s after %v, %s", back.Time, back.ID, last.Time, last.ID)
 	}
@@ -449,6 +451,7 @@ func testEventFormat(t *testing.T, b Backend) {
 	resolves.Resolves = &auditlog.Resolution{Event: unknown.ID, Principal: unknown.Principal, Key: unknown.IdempotencyKey, Finding: "applied"}
 	e.Update(func(tx pipeline.Tx[handlers.Store]) error { return tx.Audit().Append(resolves) })
 	events = append(events, resolves)
+	e.Numbered(events...)
 	mustSign(t, cp)
 
 	e.View(func(tx pipeline.Tx[handlers.Store]) error {

@@ -2,14 +2,18 @@ package storetest_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/idempotency"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
@@ -141,5 +145,139 @@ func TestPostgresReplicasGone(t *testing.T) {
 	}
 	if len(rs) != 2 || rs[0].ID != "live" || rs[1].ID != "quiet" {
 		t.Fatalf("replicas %+v: want live and quiet, the one gone 25 hours deleted", rs)
+	}
+}
+
+// sequencerEvent is an event for the sequencer's tests.
+func sequencerEvent(key string) *auditlog.Event {
+	return &auditlog.Event{Time: time.Now(), RequestID: "01JGHJ0QZ5CCCCCCCCCCCCCCCC", Principal: "local", Transport: "go",
+		Tool: "create_project", IdempotencyKey: key, Digest: "ab", Outcome: auditlog.OK}
+}
+
+// Ensure a write whose commit the audit log's cut refused (its event at
+// or below the cut, which another replica moved meanwhile) commits
+// nothing, and runs again with a new id above the cut: once in the next
+// batch, then alone; the log holds its last run's event alone, numbered 1.
+func TestPostgresStaleSealRunsAgain(t *testing.T) {
+	pgtest.URL(t)
+	url := pgtest.Database(t)
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var ids []string
+	err = s.Update(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+		e := sequencerEvent("key-stale-01")
+		if err := tx.Audit().Append(e); err != nil {
+			return err
+		}
+		ids = append(ids, e.ID)
+		if len(ids) <= 2 {
+			// As a cut moved by another replica, before this commit.
+			pgtest.Exec(t, url, "UPDATE audit_cut SET id = $1", e.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Update = %v, want it committed once the cut no longer refuses it", err)
+	}
+	if len(ids) != 3 || ids[1] <= ids[0] || ids[2] <= ids[1] {
+		t.Fatalf("the write ran with ids %v; want three runs, each id above the cut its last run met", ids)
+	}
+	var evs []*auditlog.Event
+	err = s.View(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+		return auditlog.All(tx.Audit(), func(e *auditlog.Event) error { evs = append(evs, e); return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].ID != ids[2] || evs[0].Seq != 1 {
+		t.Fatalf("the log holds %+v, want the last run's event %s alone, numbered 1", evs, ids[2])
+	}
+	if q := pgtest.Value[int64](t, url, "SELECT count(*) FROM audit_queue"); q != 0 {
+		t.Fatalf("%d events still queued", q)
+	}
+}
+
+// Ensure two replicas' writes, with readers forcing integrations among
+// them, make one dense log whose ids and times only grow with the
+// sequence, and every committed event is in it once.
+func TestPostgresSequencedUnderReaders(t *testing.T) {
+	pgtest.URL(t)
+	url := pgtest.Database(t)
+	ctx := context.Background()
+	var stores []*postgres.Store
+	for range 2 {
+		s, err := postgres.Open(ctx, postgres.Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores = append(stores, s)
+	}
+	const writers, each = 8, 40
+	var mu sync.Mutex
+	committed := map[string]bool{}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			s := stores[w%2]
+			for i := range each {
+				var id string
+				err := s.Update(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+					e := sequencerEvent(fmt.Sprintf("key-%02d-%04d", w, i))
+					err := tx.Audit().Append(e)
+					id = e.ID
+					return err
+				})
+				if err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+				mu.Lock()
+				committed[id] = true
+				mu.Unlock()
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for r := range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				stores[r].View(ctx, func(tx pipeline.Tx[handlers.Store]) error { _, err := tx.Audit().Size(); return err })
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	var evs []*auditlog.Event
+	err := stores[0].View(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+		return auditlog.All(tx.Audit(), func(e *auditlog.Event) error { evs = append(evs, e); return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != writers*each || len(committed) != writers*each {
+		t.Fatalf("%d events in the log, %d writes committed; want %d", len(evs), len(committed), writers*each)
+	}
+	for i, e := range evs {
+		if e.Seq != uint64(i+1) || !committed[e.ID] {
+			t.Fatalf("event %d: seq %d, id %s committed %v", i+1, e.Seq, e.ID, committed[e.ID])
+		}
+		if i > 0 && (e.ID <= evs[i-1].ID || e.Time.Before(evs[i-1].Time)) {
+			t.Fatalf("event %d (%s, %v) does not follow event %d (%s, %v)", i+1, e.ID, e.Time, i, evs[i-1].ID, evs[i-1].Time)
+		}
+	}
+	if q := pgtest.Value[int64](t, url, "SELECT count(*) FROM audit_queue"); q != 0 {
+		t.Fatalf("%d events still queued", q)
 	}
 }

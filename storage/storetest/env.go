@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -222,6 +223,28 @@ func (e *Env) Events() []*auditlog.Event {
 		e.T.Fatal(err)
 	}
 	return evs
+}
+
+// Numbered gives each of evs, as its transaction appended them, the
+// sequence number and time the log holds it by: a backend may number
+// an event only when it takes it into the log, after its transaction
+// (pipeline.Audit's Append; PostgreSQL's sequencer). An event the log
+// does not hold fails the test.
+func (e *Env) Numbered(evs ...*auditlog.Event) {
+	e.T.Helper()
+	e.View(func(tx pipeline.Tx[handlers.Store]) error {
+		for _, ev := range evs {
+			got, err := auditlog.ByID(tx.Audit(), ev.ID)
+			if err != nil {
+				return fmt.Errorf("event %s: %w", ev.ID, err)
+			}
+			if ev.Seq != 0 && ev.Seq != got.Seq {
+				return fmt.Errorf("event %s was appended as %d, and the log holds it as %d", ev.ID, ev.Seq, got.Seq)
+			}
+			ev.Seq, ev.Time = got.Seq, got.Time
+		}
+		return nil
+	})
 }
 
 // EventsOf returns the audit events of an idempotency key.

@@ -11,13 +11,20 @@ import (
 	"github.com/writerd/writerd/auditlog"
 )
 
+// HoldSequencer takes the audit log's sequencer exclusive, as an
+// integrator moving the cut does for one statement, for as long as its
+// transaction lasts: every write's commit waits for it meanwhile. Its
+// key is storage/postgres's sequenceKey ("writerd" 3), which
+// migrations/0004_sequencer.sql's writerd_seal names.
+const HoldSequencer = "SELECT pg_advisory_xact_lock(8607057786497557507)"
+
 // AppendEarlier appends e to the audit log of the database url names, at
 // rest, as a writerd of event format 1 stored it, before events said
 // their format: it gives e its place after the head's last event
 // (auditlog.Event.Follow, as the backend's Append does), clears its
 // format, and stores its canonical JSON, which then has no "format"
 // member, with its leaf check and the tree hashes its append adds, and
-// the head moved on, in one transaction. It returns the bytes stored.
+// the head and the cut moved on, in one transaction. It returns the bytes stored.
 // (auditlog's TestEvent_Format1KeepsItsBytes holds the encoding without
 // the member to an event stored at that time.)
 func AppendEarlier(t testing.TB, url string, e *auditlog.Event) []byte {
@@ -59,7 +66,11 @@ func AppendEarlier(t testing.TB, url string, e *auditlog.Event) []byte {
 			if _, err := tx.Exec(ctx, "INSERT INTO audit_hashes (idx, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])", idx, vals); err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, "UPDATE audit_head SET size = $1, last_id = $2, last_time = $3", size+1, e.ID, e.Time.UnixNano())
+			if _, err = tx.Exec(ctx, "UPDATE audit_head SET size = $1, last_id = $2, last_time = $3", size+1, e.ID, e.Time.UnixNano()); err != nil {
+				return err
+			}
+			// The cut, past which the replicas' events go, at it too.
+			_, err = tx.Exec(ctx, "UPDATE audit_cut SET id = $1 WHERE id < $1", e.ID)
 			return err
 		})
 	})
