@@ -30,7 +30,10 @@ func (s *Store) Check(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", wrapErr("check", err)
 	}
-	checked := fmt.Sprintf("schema version %d, %d events queued for the log", version, queued)
+	checked := fmt.Sprintf("schema version %d", version)
+	if queued > 0 {
+		checked += fmt.Sprintf(" (%d audit events queued, not yet in the log)", queued)
+	}
 	var errs []error
 	if version != int64(SchemaVersion) {
 		errs = append(errs, fmt.Errorf("the schema is at version %d, not %d", version, SchemaVersion))

@@ -56,8 +56,10 @@ const (
 	integrateEvery = 100 * time.Millisecond
 	integrateLag   = time.Second
 	// readerLag is the lag of a reader's integration (Integrate): it
-	// waits that long first, then cuts at the events queued that long
-	// ago, which include every write answered before it was asked.
+	// waits until the events queued when it was asked are that old, then
+	// cuts at the events queued that long ago, which include every write
+	// answered before it was asked; a write still in flight has that long
+	// from its event to its commit before a reader's cut refuses it.
 	readerLag = 50 * time.Millisecond
 	// integrateBatch is how many events an integration takes in one
 	// transaction.
@@ -196,22 +198,24 @@ func (s *Store) integrateForced(ctx context.Context) error {
 		s.integ.forcing = ch
 		s.integ.mu.Unlock()
 
-		// A write answered before asked was queued before it, by the
-		// server's clock too: readerLag later, a cut at events queued
-		// readerLag ago takes it.
-		var err error
+		// A write answered before at was queued before the first look
+		// at the queue: once the youngest event queued then is readerLag
+		// old, a cut at the events queued readerLag ago takes it. An empty
+		// queue has nothing for the reader.
 		at := time.Now()
-		select {
-		case <-time.After(readerLag):
-			at = time.Now()
-			err = s.integrate(ctx, readerLag, true)
-		case <-ctx.Done():
-			err = wrapErr("integrate", ctx.Err())
+		youngest, err := s.youngestQueued(ctx)
+		if err == nil && youngest >= 0 {
+			select {
+			case <-time.After(readerLag - youngest):
+				err = s.integrate(ctx, readerLag, true)
+			case <-ctx.Done():
+				err = wrapErr("integrate", ctx.Err())
+			}
 		}
 		s.integ.mu.Lock()
 		s.integ.forcing = nil
 		if err == nil {
-			s.integ.covered = at.Add(-readerLag)
+			s.integ.covered = at
 		}
 		s.integ.err = err
 		s.integ.mu.Unlock()
@@ -220,6 +224,20 @@ func (s *Store) integrateForced(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// youngestQueued returns how long ago, by the server's clock, the
+// youngest event in the queue was queued; -1 if the queue is empty.
+func (s *Store) youngestQueued(ctx context.Context) (time.Duration, error) {
+	var us int64
+	err := s.writer.QueryRow(ctx, "SELECT coalesce((extract(epoch FROM clock_timestamp() - max(queued_at)) * 1000000)::bigint, -1) FROM audit_queue").Scan(&us)
+	if err != nil {
+		return 0, wrapErr("read the audit queue", err)
+	}
+	if us < 0 {
+		return -1, nil
+	}
+	return time.Duration(us) * time.Microsecond, nil
 }
 
 // integrate moves the cut to the greatest id queued lag ago or before,
