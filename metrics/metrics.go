@@ -17,6 +17,8 @@ type Metrics struct {
 	auditAppends  *prometheus.CounterVec
 	commitSeconds prometheus.Histogram
 	commitBatch   prometheus.Histogram
+	probeSeconds  prometheus.Histogram
+	storeReady    prometheus.Gauge
 	storeWaits    prometheus.Counter
 	transport     *prometheus.CounterVec
 	http          *prometheus.CounterVec
@@ -49,6 +51,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "writerd_store_commit_batch_size", Help: "Calls committed per write transaction.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 		}),
+		probeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "writerd_store_probe_duration_seconds", Help: "Duration of the readiness check's probe of the store (/readyz): that a write could commit now, writing nothing.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		storeReady: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "writerd_store_ready", Help: "1 if the store passed the last readiness check (/readyz), else 0.",
+		}),
 		storeWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "writerd_store_wait_expired_total", Help: "Write transactions whose wait for the store (--store-wait) ran out: each call answered UNAVAILABLE with retry same_key.",
 		}),
@@ -60,7 +69,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route", "code"}),
 	}
 	reg.MustRegister(m.calls, m.callSeconds, m.rejections, m.idempotency, m.auditAppends,
-		m.commitSeconds, m.commitBatch, m.storeWaits, m.transport, m.http)
+		m.commitSeconds, m.commitBatch, m.probeSeconds, m.storeReady, m.storeWaits, m.transport, m.http)
 	return m
 }
 
@@ -126,6 +135,21 @@ func (m *Metrics) AuditAppend(committed bool) {
 		result = "failed"
 	}
 	m.auditAppends.WithLabelValues(result).Inc()
+}
+
+// StoreProbe observes the readiness check's probe of the store: how long
+// it took (a replica whose link to its store is slow shows it here
+// first) and whether it passed.
+func (m *Metrics) StoreProbe(d time.Duration, ok bool) {
+	if m == nil {
+		return
+	}
+	m.probeSeconds.Observe(d.Seconds())
+	if ok {
+		m.storeReady.Set(1)
+	} else {
+		m.storeReady.Set(0)
+	}
 }
 
 // StoreWaitExpired counts a write transaction whose wait for the store ran

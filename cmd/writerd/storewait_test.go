@@ -242,18 +242,22 @@ func viaBlackhole(t *testing.T, s testStore) (testStore, *blackhole) {
 
 // Ensure a replica whose links to PostgreSQL are cut silently answers its
 // writes UNAVAILABLE with retry same_key within --store-wait, never later,
-// and /readyz 503 within the probe's wait; and that once the links heal
-// it is ready again within a second, and the retries with the same keys
-// run or replay each write once.
+// and /readyz 503 within the probe's wait (writerd_store_ready 0); and
+// that once the links heal it is ready again within a second (1); each
+// write's retry on another replica meanwhile runs it, and the first
+// replica replays it once healed.
 func TestReplicas_StoreCutOff(t *testing.T) {
 	s, tok := mustReplicaStore(t)
 	via, hole := viaBlackhole(t, s)
 	const wait = time.Second
 	a := startWaiting(t, via, tok, wait, "store-cut-off-first")
+	// The replica a balancer routes the retries to.
+	b := MustStartHTTP(t, httpConfig{store: s.named("writerd-b"), tokens: tok.file})
 
 	hole.cut.Store(true)
 	keys := []string{"store-cut-off-1", "store-cut-off-2", "store-cut-off-3"}
 	var took []time.Duration
+	elsewhere := map[string]string{}
 	for _, key := range keys {
 		begin := time.Now()
 		r := createProject(a, tok.agent, key)
@@ -267,6 +271,14 @@ func TestReplicas_StoreCutOff(t *testing.T) {
 			hole.cut.Store(false)
 			t.Fatalf("a write while the store is cut off was answered after %v; want --store-wait, %v (2s of slack)", d, wait)
 		}
+		// Its retry on the other replica runs it (nothing of it reached
+		// the server from the one cut off).
+		if r := createProject(b, tok.agent, key); !r.ok() || r.replayed {
+			hole.cut.Store(false)
+			t.Fatalf("key %s retried on the other replica: %+v; want it run there", key, r)
+		} else {
+			elsewhere[key] = r.id
+		}
 	}
 	begin := time.Now()
 	ready := a.Do("GET", "/readyz", "")
@@ -274,6 +286,10 @@ func TestReplicas_StoreCutOff(t *testing.T) {
 	if ready.status != 503 || unready > daemon.ProbeWait+time.Second {
 		hole.cut.Store(false)
 		t.Fatalf("/readyz while the store is cut off: %d after %v %s; want 503 within the probe's wait, %v (1s of slack)", ready.status, unready, ready.body, daemon.ProbeWait)
+	}
+	if v := metric(t, a, "writerd_store_ready"); v != 0 {
+		hole.cut.Store(false)
+		t.Fatalf("writerd_store_ready %v while the store is cut off, want 0", v)
 	}
 
 	hole.cut.Store(false)
@@ -285,12 +301,18 @@ func TestReplicas_StoreCutOff(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	back := time.Since(healed)
+	if v := metric(t, a, "writerd_store_ready"); v != 1 {
+		t.Fatalf("writerd_store_ready %v once the links healed, want 1", v)
+	}
+	// Each probe observed: the two passing, the failing one at its wait.
+	if n := metric(t, a, "writerd_store_probe_duration_seconds_count"); n < 2 {
+		t.Fatalf("writerd_store_probe_duration_seconds counted %v probes, want the readiness checks'", n)
+	}
 	for _, key := range keys {
-		first := createProject(a, tok.agent, key)
-		again := createProject(a, tok.agent, key)
-		if !first.ok() || !again.ok() || again.id != first.id || !again.replayed {
-			t.Fatalf("key %s once the links healed: %+v, then %+v; want it run or replayed once, then replayed", key, first, again)
+		if r := createProject(a, tok.agent, key); !r.ok() || !r.replayed || r.id != elsewhere[key] {
+			t.Fatalf("key %s once the links healed: %+v; want the other replica's write %s replayed", key, r, elsewhere[key])
 		}
 	}
+	mustStop(t, a, b)
 	t.Logf("cut off: writes answered UNAVAILABLE same_key after %v (--store-wait %v); /readyz 503 after %v; ready %v after the links healed", took, wait, unready, back)
 }

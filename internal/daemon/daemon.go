@@ -308,11 +308,13 @@ func (d *Daemon) Checks(ctx context.Context) []httpapi.ReadyCheck {
 	// The store's two looks share the probe's wait: a store gone silent
 	// makes the check fail within it, not hang.
 	sctx, cancel := context.WithTimeout(ctx, ProbeWait)
+	began := time.Now()
 	store := d.Store.Ready(sctx)
 	if store == nil {
 		store = d.Store.ProbeWrite(sctx)
 	}
 	cancel()
+	d.Metrics.StoreProbe(time.Since(began), store == nil)
 	d.noteRefusal(store)
 	return append([]httpapi.ReadyCheck{
 		{Name: CheckStore, Err: store},
