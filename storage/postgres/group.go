@@ -128,11 +128,10 @@ func (c *committer) commit(batch []*unit) (again []*unit) {
 		}
 		return nil
 	})
-	stale := errors.Is(err, errStale)
+	stale := errors.Is(err, errStale) // the writes that ran go again, below
 	switch {
 	case err == nil:
 		c.s.observer.Observe(time.Since(start), ran)
-	case stale:
 	case internal(err):
 		// Not the pipeline's to see; nothing of the batch was committed.
 		err = pipeline.Wrap(pipeline.Unavailable, err, unavailableMessage)
