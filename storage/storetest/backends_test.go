@@ -117,18 +117,26 @@ func TestPostgresUnsettledByItsIndex(t *testing.T) {
 	}
 }
 
+// openPostgres opens a store on a new database, closed as the test ends,
+// and returns it and the database's URL.
+func openPostgres(t *testing.T) (*postgres.Store, string) {
+	t.Helper()
+	pgtest.URL(t)
+	url := pgtest.Database(t)
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, url
+}
+
 // Ensure the PostgreSQL store deletes the rows of replicas gone for a
 // day as another replica says it is seen, and only those: a fleet's
 // restarts, each a replica id of its own, do not pile rows up.
 func TestPostgresReplicasGone(t *testing.T) {
-	pgtest.URL(t)
-	url := pgtest.Database(t)
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, url := openPostgres(t)
 	for _, id := range []string{"gone", "quiet", "live"} {
 		if err := s.Seen(ctx, pipeline.Replica{ID: id, Host: "h:1"}); err != nil {
 			t.Fatal(err)
@@ -159,16 +167,10 @@ func sequencerEvent(key string) *auditlog.Event {
 // nothing, and runs again with a new id above the cut: once in the next
 // batch, then alone; the log holds its last run's event alone, numbered 1.
 func TestPostgresStaleSealRunsAgain(t *testing.T) {
-	pgtest.URL(t)
-	url := pgtest.Database(t)
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, url := openPostgres(t)
 	var ids []string
-	err = s.Update(ctx, func(tx pipeline.Tx[handlers.Store]) error {
+	err := s.Update(ctx, func(tx pipeline.Tx[handlers.Store]) error {
 		e := sequencerEvent("key-stale-01")
 		if err := tx.Audit().Append(e); err != nil {
 			return err
