@@ -122,3 +122,28 @@ func TestReplicas_IntegratedWithinLag(t *testing.T) {
 	mustStop(t, a)
 	t.Logf("events in the log after their writes were answered: %v", lags)
 }
+
+// Ensure, and measure, the round trips a write makes to PostgreSQL: one
+// agent's writes to one replica, one after the other, whose every link
+// to the server passes a proxy that counts what the replica sends,
+// the audit log's integration and the checkpointer's reads included. It
+// fails past 7 a write (8.4 before a transaction's BEGIN went with its
+// first statement), and logs the figure (docs/PERFORMANCE.md).
+func TestReplicas_RoundTripsAWrite(t *testing.T) {
+	s, tok := mustReplicaStore(t)
+	via, hole := viaBlackhole(t, s)
+	a := startWaiting(t, via, tok, 10*time.Second, "round-trips-first")
+	const writes = 200
+	from := hole.sent.Load()
+	for i := range writes {
+		if r := createProject(a, tok.agent, fmt.Sprintf("round-trips-%03d", i)); !r.ok() {
+			t.Fatalf("write %d: %+v", i, r)
+		}
+	}
+	per := float64(hole.sent.Load()-from) / writes
+	mustStop(t, a)
+	if per > 7 {
+		t.Fatalf("%.2f round trips a write, want at most 7", per)
+	}
+	t.Logf("%.2f round trips a write (%d writes of one agent, integration and checkpoints included)", per, writes)
+}

@@ -157,6 +157,7 @@ type blackhole struct {
 	network, to string
 	cut         atomic.Bool
 	delay       atomic.Int64 // nanoseconds each chunk waits, each way: a slow link
+	sent        atomic.Int64 // chunks the clients sent: their round trips, about
 }
 
 func startBlackhole(t *testing.T, network, to string) *blackhole {
@@ -187,16 +188,20 @@ func (b *blackhole) link(c net.Conn) {
 	}
 	defer up.Close()
 	done := make(chan struct{}, 2)
-	go func() { b.pass(up, c); done <- struct{}{} }()
-	go func() { b.pass(c, up); done <- struct{}{} }()
+	go func() { b.pass(up, c, &b.sent); done <- struct{}{} }()
+	go func() { b.pass(c, up, nil); done <- struct{}{} }()
 	<-done
 }
 
-// pass copies from src to dst, holding what it read while the link is cut.
-func (b *blackhole) pass(dst, src net.Conn) {
+// pass copies from src to dst, holding what it read while the link is
+// cut, and counts each read in reads if set.
+func (b *blackhole) pass(dst, src net.Conn, reads *atomic.Int64) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && reads != nil {
+			reads.Add(1)
+		}
 		for b.cut.Load() {
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -253,13 +253,9 @@ func (c *committer) inTx(ctx context.Context, alone bool, fn func(*tx) error) er
 	// Released, not closed: a connection whose transaction did not end
 	// (its COMMIT's outcome unknown) is destroyed by the pool.
 	defer conn.Release()
-	q, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return wrapErr("begin", err)
-	}
-	rollback := func() { q.Rollback(context.WithoutCancel(ctx)) }
+	rollback := func() { end(context.WithoutCancel(ctx), conn.Conn(), false) }
 	t := &tx{ctx: ctx, s: c.s, write: true, alone: alone}
-	t.q = lazyTx{Tx: q, t: t}
+	t.begin(conn.Conn(), "BEGIN ISOLATION LEVEL READ COMMITTED")
 	timeout := batchLockTimeout
 	if alone {
 		timeout = aloneLockTimeout
@@ -274,7 +270,7 @@ func (c *committer) inTx(ctx context.Context, alone bool, fn func(*tx) error) er
 		return err
 	}
 	if t.first == "" {
-		err = q.Commit(context.WithoutCancel(ctx))
+		err = end(context.WithoutCancel(ctx), conn.Conn(), true)
 	} else {
 		_, err = conn.Exec(context.WithoutCancel(ctx), sealCommit, pgx.QueryExecModeSimpleProtocol, t.first)
 		if err != nil {

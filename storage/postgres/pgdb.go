@@ -192,12 +192,16 @@ func (s *Store) View(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) e
 	if s.isClosed() {
 		return errClosedStore
 	}
-	q, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return wrapErr("begin", err)
 	}
-	defer q.Rollback(context.WithoutCancel(ctx))
-	t := &tx{ctx: ctx, s: s, q: q, view: true}
+	defer conn.Release()
+	t := &tx{ctx: ctx, s: s, view: true}
+	// Its BEGIN goes with its first statement; a view that reads nothing
+	// sends nothing.
+	t.begin(conn.Conn(), "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	defer end(context.WithoutCancel(ctx), conn.Conn(), false)
 	return fn(t.bound())
 }
 

@@ -28,7 +28,7 @@ var errContended = errors.New("pgdb: a lock another transaction holds")
 type tx struct {
 	ctx   context.Context
 	s     *Store
-	q     pgx.Tx
+	q     querier
 	write bool
 	alone bool
 	view  bool // a View's: its first read of the log integrates first (settle)
@@ -169,11 +169,53 @@ func (t *tx) flush(what string) error {
 	return nil
 }
 
-// lazyTx is a write transaction whose statements first send the write's
-// due savepoint and the statements queued, all in one round trip.
+// querier is what a transaction's statements are sent through: a pgx.Tx,
+// a lazyTx, or the connection of one (pgx.Conn) whose BEGIN is a queued
+// statement.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// lazyTx is a transaction whose statements first send the statements
+// queued (its BEGIN among them, on a connection: begin), and a write's due
+// savepoint, all in one round trip.
 type lazyTx struct {
-	pgx.Tx
-	t *tx
+	inner querier
+	t     *tx
+}
+
+// begin opens a transaction of t on conn, its BEGIN sent with its first
+// statement, in that one's round trip: a transaction that sends none
+// sends nothing. end closes it.
+func (t *tx) begin(conn *pgx.Conn, begin string) {
+	t.q = lazyTx{inner: conn, t: t}
+	t.deferTx("begin", begin)
+}
+
+// end commits t's transaction on conn, or rolls it back, if it began:
+// a COMMIT of an aborted transaction, which PostgreSQL answers ROLLBACK,
+// is pgx.ErrTxCommitRollback.
+func end(ctx context.Context, conn *pgx.Conn, commit bool) error {
+	switch conn.PgConn().TxStatus() {
+	case 'I':
+		return nil // never began: nothing was sent
+	case 'T':
+		if commit {
+			tag, err := conn.Exec(ctx, "COMMIT")
+			if err == nil && tag.String() == "ROLLBACK" {
+				err = pgx.ErrTxCommitRollback
+			}
+			return err
+		}
+	}
+	_, err := conn.Exec(ctx, "ROLLBACK")
+	if commit && err == nil {
+		err = pgx.ErrTxCommitRollback
+	}
+	return err
 }
 
 // prelude queues the early statements, the due savepoint and the later
@@ -208,7 +250,7 @@ func (q lazyTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error
 	pre := &pgx.Batch{}
 	whats := q.prelude(pre)
 	pre.QueuedQueries = append(pre.QueuedQueries, b.QueuedQueries...)
-	br := q.Tx.SendBatch(ctx, pre)
+	br := q.inner.SendBatch(ctx, pre)
 	for _, what := range whats {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -231,7 +273,7 @@ func (q lazyTx) flush(ctx context.Context) error {
 
 func (q lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if !q.pending() {
-		return q.Tx.Exec(ctx, sql, args...)
+		return q.inner.Exec(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -250,14 +292,33 @@ func (q lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 	if err := q.flush(ctx); err != nil {
 		return nil, err
 	}
-	return q.Tx.Query(ctx, sql, args...)
+	return q.inner.Query(ctx, sql, args...)
 }
 
+// QueryRow sends the row's statement after the prelude, if any, in one
+// round trip.
 func (q lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := q.flush(ctx); err != nil {
+	if !q.pending() {
+		return q.inner.QueryRow(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br, err := q.send(ctx, b)
+	if err != nil {
 		return errRow{err}
 	}
-	return q.Tx.QueryRow(ctx, sql, args...)
+	return batchRow{br}
+}
+
+// batchRow is the row of a batch's one statement, read once.
+type batchRow struct{ br pgx.BatchResults }
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.br.QueryRow().Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // SendBatch sends b after the prelude, in one round trip. Should the
