@@ -37,7 +37,7 @@ type tx struct {
 	settled   bool
 	// Statements whose results nothing waits for, which the next statement
 	// sends first, in its round trip (lazyTx): early are the transaction's
-	// own (its lock timeout), sent before any savepoint; savepointDue says
+	// own (its BEGIN, its lock timeout), sent before any savepoint; savepointDue says
 	// the write's savepoint is not sent yet; later are the write's (an
 	// event's insert), after its savepoint.
 	savepointDue bool
