@@ -28,8 +28,8 @@ type Leader interface {
 // WriteProber is a store that can show, writing nothing, that a write
 // could commit now, for /readyz, beyond what its Ready tells (bbolt's
 // Ready is such a probe already: an empty unit through its group commit,
-// its turn and its fsync). PostgreSQL locks the audit log's head, which
-// every append locks, and lets it go. ProbeWrite returns by ctx's
+// its turn and its fsync). PostgreSQL takes the audit log's sequencer
+// shared, as every write's commit does, and lets it go. ProbeWrite returns by ctx's
 // deadline; its error is UNAVAILABLE with a sentence for the caller.
 type WriteProber interface {
 	ProbeWrite(ctx context.Context) error

@@ -223,8 +223,8 @@ func (p *Pending) Ready(ctx context.Context) error {
 }
 
 // ProbeWait bounds the probe of /readyz's store check: a write that could
-// not commit within it (its turn and fsync on bbolt; the audit log's head
-// on PostgreSQL) leaves the replica unready.
+// not commit within it (its turn and fsync on bbolt; the audit log's
+// sequencer on PostgreSQL) leaves the replica unready.
 const ProbeWait = 2 * time.Second
 
 // ProbeWrite shows, writing nothing, that the open store could commit a

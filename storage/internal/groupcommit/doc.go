@@ -19,11 +19,13 @@
 // What is the backend's is its Commit: its transaction, a savepoint per
 // write, and the outcome of each (bbolt: the full-disk probe, and the
 // poisoning after a failed write or sync; PostgreSQL: the write that met
-// a lock, run again alone, and the write deferred for a busy log head).
+// a lock, run again alone, and the batch refused at its seal by the audit
+// log's cut, run again).
 // Commit may return writes for the next batch, which the loop puts first,
-// in their order (PostgreSQL's deferred writes); and it may hand a write
-// to Go, to be answered on a goroutine of its own (PostgreSQL's write run
-// alone), which the loop waits for before it reports itself stopped.
+// in their order (PostgreSQL's writes of a refused batch); and it may hand
+// a write to Go, to be answered on a goroutine of its own (PostgreSQL's
+// write run alone), which the loop waits for before it reports itself
+// stopped.
 // Run runs one write, and is the one place a write's panic becomes its
 // error (pipeline.PanicError): the write's changes are the backend's to
 // roll back to its savepoint, and its neighbours run on.
