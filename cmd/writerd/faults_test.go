@@ -44,15 +44,6 @@ func (c *callTimes) during(from, to time.Time) []time.Duration {
 	return out
 }
 
-// p99 of ds, which it sorts.
-func p99(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	return ds[int(0.99*float64(len(ds)-1))]
-}
-
 // Ensure no replica stopped, cut off or slowed stalls another's writes
 // (docs/DESIGN.md section 14): replica b, whose links to PostgreSQL pass a
 // blackhole, is stopped with SIGSTOP at random instants of its batches,
@@ -86,7 +77,7 @@ func TestReplicas_FaultsStallNoOther(t *testing.T) {
 	baseFrom := time.Now()
 	time.Sleep(2 * hold)
 	base := onA.during(baseFrom, time.Now())
-	baseP99 := p99(base)
+	baseP99 := quantile(base, 0.99)
 
 	type fault struct {
 		name       string
@@ -129,7 +120,7 @@ func TestReplicas_FaultsStallNoOther(t *testing.T) {
 	t.Logf("replica a without faults: %s", quantiles(base, "writes"))
 	for _, f := range faults {
 		ds := figures[f.name]
-		if got := p99(ds); got > baseP99+time.Second {
+		if got := quantile(ds, 0.99); got > baseP99+time.Second {
 			t.Errorf("%s on replica b: replica a's writes had a p99 of %v, more than a second above its %v without faults", f.name, got, baseP99)
 		}
 		t.Logf("replica a during %s on b: %s", f.name, quantiles(ds, "writes"))

@@ -309,9 +309,18 @@ func quantiles(ds []time.Duration, of string) string {
 	if len(ds) == 0 {
 		return "none"
 	}
-	slices.Sort(ds)
-	q := func(f float64) time.Duration { return ds[int(f*float64(len(ds)-1))].Round(time.Millisecond) }
+	q := func(f float64) time.Duration { return quantile(ds, f).Round(time.Millisecond) }
 	return fmt.Sprintf("p50 %v, p99 %v, max %v (%d %s)", q(0.5), q(0.99), q(1), len(ds), of)
+}
+
+// quantile returns the f quantile of ds (0 to 1), which it sorts; 0 if
+// ds is empty.
+func quantile(ds []time.Duration, f float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[int(f*float64(len(ds)-1))]
 }
 
 // mustSettleOnce checks the store of stopped daemons and the fake's

@@ -161,19 +161,15 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, ErrBadURL
 	}
 	if !c.ReadOnly {
-		// The first event after the last cut: the log's own clock, should
-		// this replica's be behind.
+		// This replica's events go after the last cut, should its clock
+		// be behind the log's.
 		var cut string
-		var last int64
-		if err := pool.QueryRow(ctx, "SELECT (SELECT id FROM audit_cut), (SELECT last_time FROM audit_head)").Scan(&cut, &last); err != nil {
+		if err := pool.QueryRow(ctx, "SELECT id FROM audit_cut").Scan(&cut); err != nil {
 			pool.Close()
 			s.writer.Close()
 			return nil, unreachable(err)
 		}
 		s.clock.past(cut)
-		if t := time.Unix(0, last).UTC(); last != 0 && t.After(s.clock.lastTime) {
-			s.clock.lastTime = t
-		}
 		s.startIntegrating()
 	}
 	s.commits = newCommitter(s)

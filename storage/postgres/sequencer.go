@@ -240,6 +240,16 @@ func (s *Store) youngestQueued(ctx context.Context) (time.Duration, error) {
 	return time.Duration(us) * time.Microsecond, nil
 }
 
+// integrateLockTimeout is an integration's wait for the sequencer's lock
+// and the log's head: a reader's run (wait) waits for them, the
+// background's gives way at once to another integrator.
+func integrateLockTimeout(wait bool) string {
+	if wait {
+		return "SET LOCAL lock_timeout = '10s'"
+	}
+	return "SET LOCAL lock_timeout = '100ms'"
+}
+
 // integrate moves the cut to the greatest id queued lag ago or before,
 // then takes every queued event at or below the cut into the log, a
 // transaction of at most integrateBatch at a time. wait says how long it
@@ -262,11 +272,7 @@ func (s *Store) integrate(ctx context.Context, lag time.Duration, wait bool) err
 // waits for the seals in flight, each its COMMIT's), the cut, the commit;
 // and reports whether events at or below the cut wait to be integrated.
 func (s *Store) cut(ctx context.Context, lag time.Duration, wait bool) (bool, error) {
-	timeout := "100ms"
-	if wait {
-		timeout = "10s"
-	}
-	sql := "BEGIN; SET LOCAL lock_timeout = '" + timeout + "'; " +
+	sql := "BEGIN; " + integrateLockTimeout(wait) + "; " +
 		"SELECT pg_advisory_xact_lock(" + strconv.FormatInt(sequenceKey, 10) + "); " +
 		"UPDATE audit_cut SET id = q.id FROM (SELECT max(id) AS id FROM audit_queue WHERE queued_at <= clock_timestamp() - interval '" +
 		strconv.FormatInt(lag.Microseconds(), 10) + " microseconds') q WHERE q.id > audit_cut.id; COMMIT; " +
@@ -300,11 +306,7 @@ func (s *Store) integrateBatch(ctx context.Context, wait bool) (int, error) {
 	}
 	defer q.Rollback(context.WithoutCancel(ctx))
 	t := &tx{ctx: ctx, q: q, write: true, alone: true}
-	timeout := "100ms"
-	if wait {
-		timeout = "10s"
-	}
-	if _, err := q.Exec(ctx, "SET LOCAL lock_timeout = '"+timeout+"'"); err != nil {
+	if _, err := q.Exec(ctx, integrateLockTimeout(wait)); err != nil {
 		return 0, wrapErr("integrate", err)
 	}
 	h, err := t.lockHead()
@@ -372,7 +374,7 @@ func (s *Store) integrateBatch(ctx context.Context, wait bool) (int, error) {
 			hashIdx, hashVals = append(hashIdx, first+int64(i)), append(hashVals, hash[:])
 		}
 		seqs, checks, evs, ids = append(seqs, int64(e.Seq)), append(checks, hashes[0][:8]), append(evs, c), append(ids, qe.id)
-		h.size, h.lastID, h.lastTime, h.dirty = e.Seq, e.ID, e.Time, true
+		h.size, h.lastID, h.lastTime = e.Seq, e.ID, e.Time
 	}
 	b := &pgx.Batch{}
 	b.Queue("INSERT INTO audit_events (seq, leaf_check, canonical) SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[])", seqs, checks, evs)

@@ -48,7 +48,6 @@ type tx struct {
 	// which its seal holds to the cut (sequencer.go); "" if none.
 	first string
 
-	head   *head               // the audit log's head, once an integration locked it
 	hashes map[int64]tlog.Hash // tree hashes an integration stored, for the events after
 }
 
@@ -57,7 +56,6 @@ type head struct {
 	size     uint64
 	lastID   string
 	lastTime time.Time
-	dirty    bool
 }
 
 // mark is a transaction's state at a write's savepoint.
@@ -360,9 +358,6 @@ func (b errBatch) Tx() pgx.Tx                       { return nil }
 // integrations take the queued events in one at a time. No write locks
 // it.
 func (t *tx) lockHead() (*head, error) {
-	if t.head != nil {
-		return t.head, nil
-	}
 	var h head
 	var last int64
 	err := t.q.QueryRow(t.ctx, "SELECT size, last_id, last_time FROM audit_head FOR UPDATE").Scan(&h.size, &h.lastID, &last)
@@ -372,8 +367,7 @@ func (t *tx) lockHead() (*head, error) {
 	if last != 0 {
 		h.lastTime = time.Unix(0, last).UTC()
 	}
-	t.head = &h
-	return t.head, nil
+	return &h, nil
 }
 
 // ReadHashes reads stored tree hashes: those this transaction stored
