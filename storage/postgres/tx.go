@@ -273,9 +273,7 @@ func (q lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if !q.pending() {
 		return q.inner.Exec(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	br, err := q.send(ctx, b)
+	br, err := q.sendOne(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -299,13 +297,18 @@ func (q lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if !q.pending() {
 		return q.inner.QueryRow(ctx, sql, args...)
 	}
-	b := &pgx.Batch{}
-	b.Queue(sql, args...)
-	br, err := q.send(ctx, b)
+	br, err := q.sendOne(ctx, sql, args)
 	if err != nil {
 		return errRow{err}
 	}
 	return batchRow{br}
+}
+
+// sendOne sends one statement after the prelude, in one round trip.
+func (q lazyTx) sendOne(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	return q.send(ctx, b)
 }
 
 // batchRow is the row of a batch's one statement, read once.
