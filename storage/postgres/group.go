@@ -182,18 +182,25 @@ func internal(err error) bool {
 // statement still unanswered then, sent to a server gone silent, is
 // cancelled, which ends its connection and so the transaction, rather
 // than holding the write, and its caller, until TCP gives up. Its caller
-// is answered at the deadline whatever the statement does.
+// is answered at the deadline whatever the statement does, and the write
+// so too (check), whichever of the two answers comes first.
 func (t *tx) within(u *unit) func() {
 	d, ok := u.Deadline()
 	if !ok {
 		return func() {}
 	}
+	return t.until(d)
+}
+
+// until bounds t's statements by deadline until the returned func is
+// called (within).
+func (t *tx) until(deadline time.Time) func() {
 	base := t.ctx
-	ctx, cancel := context.WithDeadline(base, d)
-	t.ctx = ctx
+	ctx, cancel := context.WithDeadline(base, deadline)
+	t.ctx, t.deadline = ctx, deadline
 	return func() {
 		cancel()
-		t.ctx = base
+		t.ctx, t.deadline = base, time.Time{}
 	}
 }
 

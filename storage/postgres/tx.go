@@ -35,6 +35,9 @@ type tx struct {
 
 	contended bool
 	settled   bool
+	// deadline is the caller's wait for the store while a write's
+	// statements are bounded by it (within); zero otherwise.
+	deadline time.Time
 	// Statements whose results nothing waits for, which the next statement
 	// sends first, in its round trip (lazyTx): early are the transaction's
 	// own (its BEGIN, its lock timeout), sent before any savepoint; savepointDue says
@@ -72,10 +75,15 @@ func (b bound) Domain() handlers.Store { return domain{b.t} }
 
 // check turns a statement's error into the store's: in a batch, a lock
 // another transaction holds (lock_timeout) is errContended and marks the
-// write to be run again alone.
+// write to be run again alone; a statement cut off at its caller's wait
+// for the store (within) is StoreWaitExpired, as the caller would have
+// been answered had the commit not answered first.
 func (t *tx) check(what string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if !t.deadline.IsZero() && !time.Now().Before(t.deadline) && errors.Is(err, context.DeadlineExceeded) {
+		return pipeline.StoreWaitExpired()
 	}
 	if t.write && !t.alone && (isCode(err, "55P03") || isCode(err, "25P02") && t.contended) {
 		t.contended = true
