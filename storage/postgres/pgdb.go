@@ -192,14 +192,34 @@ func (s *Store) View(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) e
 	if err != nil {
 		return wrapErr("begin", err)
 	}
-	defer conn.Release()
 	t := &tx{ctx: ctx, s: s, view: true}
 	// Its BEGIN goes with its first statement; a view that reads nothing
 	// sends nothing.
 	t.begin(conn.Conn(), "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	defer end(context.WithoutCancel(ctx), conn.Conn(), false)
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() == 'I' {
+			conn.Release()
+			return
+		}
+		// What fn read is read: the ROLLBACK that ends a read-only
+		// transaction changes nothing, and its round trip is not the
+		// caller's to wait for (a write's lookup of its key is one).
+		// The connection goes back to the pool once it is sent, or is
+		// destroyed with its transaction if the server does not answer
+		// (the pool's Close waits for it either way).
+		go func() {
+			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), viewEndTimeout)
+			defer cancel()
+			end(ectx, conn.Conn(), false)
+			conn.Release()
+		}()
+	}()
 	return fn(t.bound())
 }
+
+// viewEndTimeout bounds the ROLLBACK of a read-only transaction, sent
+// after its caller has its answer (View).
+const viewEndTimeout = 10 * time.Second
 
 // Update runs fn as one write of the replica's group commit (group.go).
 func (s *Store) Update(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) error) error {
