@@ -323,7 +323,13 @@ func (c *Checkpointer) Run(ctx context.Context) {
 		}
 		size, signed, err := c.state(ctx)
 		if err != nil {
-			c.logger().Error("read the audit log's size", "cause", err.Error())
+			// A store that stopped serving since the poll (a bbolt file
+			// poisoned by a failed fsync, a replica cut off) no longer
+			// lets this process lead: its failure is the store's to
+			// report, not a fault of the checkpoints.
+			if leads = c.leads(ctx); leads {
+				c.logger().Error("read the audit log's size", "cause", err.Error())
+			}
 			continue
 		}
 		var targets []uint64
