@@ -3,6 +3,7 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/writerd/writerd/pipeline"
@@ -102,7 +103,7 @@ func ParsePathTemplate(s string) (*PathTemplate, error) {
 			// "/" some APIs want.
 			return nil, errors.New(`The path has an empty segment ("//").`)
 		}
-		if len(parts) > 0 && allLiteral(parts) && isDotSegment(decodeUnreserved(parts[0].literal)) {
+		if len(parts) > 0 && allLiteral(parts) && isDotSegment(parts[0].literal) {
 			return nil, errors.New(`The path has a "." or ".." segment, which servers resolve against the path.`)
 		}
 		p.segments = append(p.segments, parts)
@@ -193,9 +194,6 @@ func (p *PathTemplate) Expand(args map[string]any) (string, error) {
 			}
 			named = part.variable
 			escapeSimple(&b, s)
-			if b.Len() > MaxExpandedPath {
-				return "", pipeline.Errorf(pipeline.InputTooLarge, "The request's path is longer than %d bytes once its arguments are in it.", MaxExpandedPath)
-			}
 		}
 		if named != "" && isDotSegment(b.String()[start:]) {
 			return "", pipeline.Errorf(pipeline.InvalidInput, "The argument %q may not make a segment of the request's path \".\" or \"..\".", named)
@@ -229,40 +227,9 @@ func unreserved(c byte) bool {
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
 
-// isDotSegment reports whether a segment, its encoded unreserved bytes
-// decoded, is "." or "..": RFC 3986 makes %2E a ".", and servers
-// normalise it so.
+// isDotSegment reports whether a segment, decoded, is "." or "..":
+// RFC 3986 makes %2E a ".", and servers normalise it so.
 func isDotSegment(seg string) bool {
-	seg = decodeUnreserved(seg)
-	return seg == "." || seg == ".."
-}
-
-// decodeUnreserved decodes the percent-encodings of unreserved bytes,
-// which RFC 3986 makes equivalent to the bytes themselves.
-func decodeUnreserved(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
-			if c := unhex(s[i+1])<<4 | unhex(s[i+2]); unreserved(c) {
-				b.WriteByte(c)
-				i += 2
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c >= 'a':
-		return c - 'a' + 10
-	case c >= 'A':
-		return c - 'A' + 10
-	}
-	return c - '0'
+	d, err := url.PathUnescape(seg)
+	return err == nil && (d == "." || d == "..")
 }

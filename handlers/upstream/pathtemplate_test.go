@@ -86,8 +86,9 @@ func TestPathTemplateRefusesAssembledDotSegments(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.template, err)
 		}
-		if got, err := p.Expand(c.args); err == nil {
-			t.Errorf("%s with %v expands to %q", c.template, c.args, got)
+		var pe *pipeline.Error
+		if got, err := p.Expand(c.args); !errors.As(err, &pe) || pe.Code != pipeline.InvalidInput {
+			t.Errorf("%s with %v expands to %q, %v; want INVALID_INPUT", c.template, c.args, got, err)
 		}
 	}
 	p, err := upstream.ParsePathTemplate("/a/{x}{y}/b")

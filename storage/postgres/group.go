@@ -196,11 +196,11 @@ func (t *tx) within(u *unit) func() {
 // called (within).
 func (t *tx) until(deadline time.Time) func() {
 	base := t.ctx
-	ctx, cancel := context.WithDeadline(base, deadline)
-	t.ctx, t.deadline = ctx, deadline
+	ctx, cancel := context.WithDeadlineCause(base, deadline, pipeline.ErrStoreWait)
+	t.ctx = ctx
 	return func() {
 		cancel()
-		t.ctx, t.deadline = base, time.Time{}
+		t.ctx = base
 	}
 }
 

@@ -35,9 +35,6 @@ type tx struct {
 
 	contended bool
 	settled   bool
-	// deadline is the caller's wait for the store while a write's
-	// statements are bounded by it (within); zero otherwise.
-	deadline time.Time
 	// Statements whose results nothing waits for, which the next statement
 	// sends first, in its round trip (lazyTx): early are the transaction's
 	// own (its BEGIN, its lock timeout), sent before any savepoint; savepointDue says
@@ -82,7 +79,7 @@ func (t *tx) check(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if !t.deadline.IsZero() && !time.Now().Before(t.deadline) && errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(t.ctx), pipeline.ErrStoreWait) {
 		return pipeline.StoreWaitExpired()
 	}
 	if t.write && !t.alone && (isCode(err, "55P03") || isCode(err, "25P02") && t.contended) {
