@@ -26,6 +26,10 @@ type Endpoint struct {
 	CAFile    string
 	AllowHTTP bool
 
+	// An HTTP API upstream (its tools are endpoints): its base URL, with
+	// Headers, CAFile and AllowHTTP as for Streamable HTTP.
+	BaseURL string
+
 	// Timeout bounds one call, from its request to its answer.
 	Timeout time.Duration
 	// MaxResultBytes bounds an answer's result (default 128 KiB).

@@ -24,6 +24,25 @@ var (
 // headers on every request. Plain http:// is whatever the config
 // allowed.
 func newHTTPClient(ep *Endpoint, dropped *atomic.Int64) (*http.Client, error) {
+	tr, err := newTransport(ep)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{
+		Transport: &captureTransport{
+			next:    &headerTransport{next: tr, headers: ep.Headers.Clone()},
+			dropped: dropped,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return errRedirect
+		},
+	}, nil
+}
+
+// newTransport is the transport of an HTTP upstream (MCP or API): TLS
+// verified against the endpoint's CA file or the system's roots, no
+// proxy from writerd's environment.
+func newTransport(ep *Endpoint) (*http.Transport, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	// A connection kept for each call that may run at once (max_concurrent
@@ -44,15 +63,7 @@ func newHTTPClient(ep *Endpoint, dropped *atomic.Int64) (*http.Client, error) {
 		cfg.RootCAs = pool
 	}
 	tr.TLSClientConfig = cfg
-	return &http.Client{
-		Transport: &captureTransport{
-			next:    &headerTransport{next: tr, headers: ep.Headers.Clone()},
-			dropped: dropped,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return errRedirect
-		},
-	}, nil
+	return tr, nil
 }
 
 // headerTransport sets the endpoint's headers on each request.
