@@ -38,6 +38,17 @@ const (
 	// it is sent again under its key where the tool allows (Redrive),
 	// and otherwise its outcome is unknown (OUTCOME_UNKNOWN).
 	Uncertain
+	// InFlight: the upstream says the key's first request is still
+	// running. The record stays pending, to be re-driven under its key
+	// after RetryAfter by the takeover sweep, and the caller is answered
+	// IDEMPOTENCY_KEY_IN_USE with same_key. Only a tool that may be
+	// re-driven has it; any other treats it as Uncertain.
+	InFlight
+	// UpstreamKeyReused: the upstream says the key was used before with
+	// another payload: writerd derived one key for two writes, a fault
+	// of its own, never a second write. The write fails with INTERNAL
+	// and retry new_key, with one event, and an error line.
+	UpstreamKeyReused
 )
 
 // External sends the calls of one tool outside the store.
@@ -53,6 +64,27 @@ type External interface {
 	// not the caller's: the caller's going away does not end it, and
 	// Send bounds the call with the upstream's own timeout.
 	Send(ctx context.Context, call *ExternalCall) *ExternalAnswer
+}
+
+// ExternalChecker is an External that can refuse arguments before
+// anything of the call is recorded, as the strict parse does: an HTTP
+// API's path argument that would leave its segment. Its error is an
+// *Error (INVALID_INPUT, INPUT_TOO_LARGE) naming the argument; any
+// other is INTERNAL.
+type ExternalChecker interface {
+	Check(args json.RawMessage) error
+}
+
+// check runs x's Check, if it has one.
+func (x *external) check(args json.RawMessage) *Error {
+	c, ok := x.ext.(ExternalChecker)
+	if !ok {
+		return nil
+	}
+	if err := c.Check(args); err != nil {
+		return Public(err)
+	}
+	return nil
 }
 
 // ErrNoSlot is returned by External.Slot when every slot stayed busy for
@@ -88,6 +120,11 @@ type ExternalAnswer struct {
 	AnswerDigest string
 	// Targets are the entities the answer names, for the audit event.
 	Targets []auditlog.Target
+	// Status is the upstream's HTTP status, for an HTTP API (0 for an
+	// MCP upstream): a refusal's answer names it.
+	Status int
+	// RetryAfter is how long the upstream asked to wait (InFlight).
+	RetryAfter time.Duration
 	// Cause is the private reason of an answer that is not Done, for the
 	// logs at debug level: it may hold the upstream's text, which never
 	// reaches a caller or the info-level log.
@@ -349,6 +386,9 @@ var keySchema, confirmSchema = func() (map[string]any, map[string]any) {
 // event; one slot of the upstream.
 func (p *Pipeline[D]) readExternal(ctx context.Context, c Caller, t *Tool[D], in *readInput) *Result {
 	reqID := RequestID(ctx)
+	if e := t.external.check(in.args); e != nil {
+		return &Result{RequestID: reqID, Outcome: OutcomeRejected, Err: e}
+	}
 	free, err := t.external.ext.Slot(ctx, p.cfg.KeyWait)
 	if err != nil {
 		return &Result{RequestID: reqID, Outcome: OutcomeError, Err: noSlot(err)}
@@ -382,6 +422,7 @@ func noSlot(err error) *Error {
 // The answers of writes outside the store, from the catalogue.
 const (
 	upstreamRefusedMessage = "The upstream refused this call; change the arguments as its tool's description says and send it with a new key."
+	upstreamStatusMessage  = "The upstream refused the call with HTTP %d; change the arguments as its tool's description says and send it with a new key."
 	upstreamReadMessage    = "The upstream of this tool did not give an answer that can be returned; send the same call again shortly."
 	notSentMessage         = "The upstream of this tool could not be reached and the call was not sent; send it again with the same key shortly."
 )

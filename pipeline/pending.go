@@ -86,6 +86,9 @@ func (p *Pipeline[D]) origin() string {
 // writeExternal runs a write tool whose effect is outside the store.
 func (p *Pipeline[D]) writeExternal(ctx context.Context, c Caller, t *Tool[D], in *externalInput, digest string, start time.Time) *Result {
 	reqID := RequestID(ctx)
+	if e := t.external.check(in.args); e != nil {
+		return &Result{RequestID: reqID, Outcome: OutcomeRejected, Err: e}
+	}
 	if err := p.refused(); err != nil {
 		return &Result{RequestID: reqID, Outcome: OutcomeError, Err: err}
 	}
@@ -208,6 +211,9 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 				break // the upstream acted: never sent again
 			}
 		}
+		if ans.Disposition == InFlight && !x.redrive {
+			ans = &ExternalAnswer{Disposition: Uncertain, End: ans.End, Duration: ans.Duration, Cause: ans.Cause, Status: ans.Status}
+		}
 		if ans.Disposition == NotSent && uncertain {
 			ans = &ExternalAnswer{Disposition: Uncertain, End: ans.End, Duration: ans.Duration, Cause: ans.Cause}
 		}
@@ -227,8 +233,45 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 		}
 		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: Wrap(Unavailable, ans.Cause, notSentMessage)}
 	}
+	if ans.Disposition == InFlight {
+		// The key's first request still runs upstream: the record stays
+		// pending, and the sweep re-drives it under its key once its
+		// lease, moved to the upstream's Retry-After, runs out.
+		if err := p.postpone(ctx, rec, ans.RetryAfter); err != nil {
+			p.log.Warn("postpone a pending write the upstream still runs", "request_id", ev.RequestID, "cause", err.Error())
+		}
+		return p.inUse(ev.RequestID)
+	}
 	p.hit(FailpointAnswered)
 	return p.complete(ctx, t, rec, ev, start, ans)
+}
+
+// Bounds of the wait an in-flight answer asks for.
+const (
+	minPostpone = time.Second
+)
+
+// postpone moves the lease of rec, a pending record this process owns,
+// to after the upstream's Retry-After (at least minPostpone, at most the
+// lease), fenced: the takeover sweep then re-drives it.
+func (p *Pipeline[D]) postpone(ctx context.Context, rec *idempotency.Record, after time.Duration) error {
+	after = min(max(after, minPostpone), p.cfg.Lease)
+	err := p.update(ctx, func(tx Tx[D]) error {
+		cur, err := tx.Keys().Claim(rec.Principal, rec.Key, p.cfg.KeyWait)
+		if err != nil {
+			return err
+		}
+		if !cur.Fenced(rec.Owner, rec.Attempt) {
+			return errFenced
+		}
+		later := *cur
+		later.LeaseUntil = p.now().Add(after)
+		return tx.Keys().Put(&later)
+	})
+	if errors.Is(err, errFenced) {
+		return nil
+	}
+	return err
 }
 
 // send sends one attempt of rec's call with its lease renewed meanwhile.
@@ -328,6 +371,16 @@ func (p *Pipeline[D]) complete(ctx context.Context, t *Tool[D], rec *idempotency
 	switch ans.Disposition {
 	case Refused:
 		e, state = Errorf(UpstreamRefused, upstreamRefusedMessage), idempotency.Failed
+		if ans.Status > 0 {
+			e = Errorf(UpstreamRefused, upstreamStatusMessage, ans.Status)
+		}
+	case UpstreamKeyReused:
+		// Not the upstream's refusal: writerd sent one key for two
+		// payloads. The key is spent; the write did not run.
+		p.log.Error("an upstream says a key writerd derived was used before with another payload: a fault of the upstream key's derivation; the write failed and did not run",
+			"request_id", ev.RequestID, "tool", t.Name, "upstream", t.external.upstream)
+		e, state = Errorf(Internal, "%s", InternalMessage), idempotency.Failed
+		e.Retry = RetryNewKey
 	case Uncertain:
 		// The event's code and status; the answer, below, names the event.
 		e, state = Errorf(UnknownOutcome, "%s", unknownMessage("", nil)), idempotency.Unknown
@@ -363,7 +416,7 @@ func (p *Pipeline[D]) complete(ctx context.Context, t *Tool[D], rec *idempotency
 		case idempotency.Completed:
 			settled.Result = ans.Output
 		case idempotency.Failed:
-			settled.Code = string(UpstreamRefused)
+			settled.Code = string(e.Code)
 		case idempotency.Unknown:
 			settled.Code, settled.ExpiresAt = string(UnknownOutcome), idempotency.Never
 		}
@@ -389,7 +442,11 @@ func (p *Pipeline[D]) complete(ctx context.Context, t *Tool[D], rec *idempotency
 		return &Result{RequestID: ev.RequestID, Outcome: OutcomeOK, Output: ans.Output, AuditID: ev.ID}
 	case idempotency.Failed:
 		recorded := *e
-		return &Result{RequestID: ev.RequestID, Outcome: OutcomeRefused, AuditID: ev.ID, Err: &recorded}
+		outcome := OutcomeRefused
+		if e.Code == Internal {
+			outcome = OutcomeError
+		}
+		return &Result{RequestID: ev.RequestID, Outcome: outcome, AuditID: ev.ID, Err: &recorded}
 	default:
 		return &Result{RequestID: ev.RequestID, Outcome: OutcomeUnknown, AuditID: ev.ID,
 			Err: Errorf(UnknownOutcome, "%s", unknownMessage(ev.ID, nil))}

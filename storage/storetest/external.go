@@ -579,3 +579,87 @@ func testExternalPanic(t *testing.T, b Backend) {
 		t.Fatalf("events %+v, want one unknown", evs)
 	}
 }
+
+// Ensure an upstream that says the key's first request still runs leaves
+// the record pending, its caller IDEMPOTENCY_KEY_IN_USE with same_key and
+// no event; that the sweep leaves it alone until the upstream's
+// Retry-After has passed, then re-drives it under the same key to one
+// event; and that a tool that may not be re-driven takes the answer as
+// an unknown outcome.
+func testExternalInFlight(t *testing.T, b Backend) {
+	u := newUpstream()
+	u.answer = func(n int, c *pipeline.ExternalCall) *pipeline.ExternalAnswer {
+		if n == 1 {
+			return &pipeline.ExternalAnswer{Disposition: pipeline.InFlight, End: "in_flight", Status: 409, RetryAfter: 5 * time.Second}
+		}
+		return nil
+	}
+	e := newExternalEnv(t, b, u)
+	MustCode(t, e.Call(Caller, "ext_create_idem", extArgs("ext-key-0040", "forty")), pipeline.KeyInUse, pipeline.RetrySameKey)
+	if evs := e.EventsOf("ext-key-0040"); len(evs) != 0 {
+		t.Fatalf("events = %+v, want none while the upstream runs it", evs)
+	}
+	if o := extOutcome(t, e.Pipeline(), "ext-key-0040"); o.State != "running" {
+		t.Fatalf("outcome %+v, want running", o)
+	}
+	e.Advance(4 * time.Second)
+	if n, err := e.Pipeline().Takeover(context.Background(), false); err != nil || n != 0 {
+		t.Fatalf("takeover before the upstream's Retry-After: %d, %v; want none", n, err)
+	}
+	e.Advance(2 * time.Second)
+	if n, err := e.Pipeline().Takeover(context.Background(), false); err != nil || n != 1 {
+		t.Fatalf("takeover after the upstream's Retry-After: %d, %v; want 1", n, err)
+	}
+	sent := u.sent()
+	if len(sent) != 2 || sent[0].UpstreamKey != sent[1].UpstreamKey || sent[1].Attempt != 2 {
+		t.Fatalf("sent %+v, want a re-drive at attempt 2 under the same upstream key", sent)
+	}
+	if evs := e.EventsOf("ext-key-0040"); len(evs) != 1 || evs[0].Outcome != auditlog.OK {
+		t.Fatalf("events = %+v, want one ok", evs)
+	}
+	if r := e.Call(Caller, "ext_create_idem", extArgs("ext-key-0040", "forty")); !r.Replayed {
+		t.Errorf("retry = %s, want the replay", r.ErrorJSON())
+	}
+
+	u.answer = func(int, *pipeline.ExternalCall) *pipeline.ExternalAnswer {
+		return &pipeline.ExternalAnswer{Disposition: pipeline.InFlight, End: "in_flight", Status: 409}
+	}
+	MustCode(t, e.Call(Caller, "ext_create", extArgs("ext-key-0041", "forty-one")), pipeline.UnknownOutcome, pipeline.RetryNever)
+	if evs := e.EventsOf("ext-key-0041"); len(evs) != 1 || evs[0].Outcome != auditlog.Unknown {
+		t.Errorf("events = %+v, want one unknown", evs)
+	}
+}
+
+// Ensure an upstream's refusal with an HTTP status names the status in
+// its answer, and that an upstream saying writerd's key was used with
+// another payload is one failed event with INTERNAL and retry new_key,
+// the key spent and nothing sent again.
+func testExternalStatuses(t *testing.T, b Backend) {
+	u := newUpstream()
+	u.answer = func(int, *pipeline.ExternalCall) *pipeline.ExternalAnswer {
+		return &pipeline.ExternalAnswer{Disposition: pipeline.Refused, End: "refused", Status: 404, Cause: fmt.Errorf("upstream said %s", SecretMarker)}
+	}
+	e := newExternalEnv(t, b, u)
+	r := e.Call(Caller, "ext_create", extArgs("ext-key-0042", "forty-two"))
+	MustCode(t, r, pipeline.UpstreamRefused, pipeline.RetryNewKey)
+	mustNotLeak(t, r)
+	if !strings.Contains(r.Err.Message, "refused the call with HTTP 404.") && !strings.Contains(r.Err.Message, "refused the call with HTTP 404;") {
+		t.Errorf("message %q, want the upstream's status", r.Err.Message)
+	}
+
+	u.answer = func(int, *pipeline.ExternalCall) *pipeline.ExternalAnswer {
+		return &pipeline.ExternalAnswer{Disposition: pipeline.UpstreamKeyReused, End: "key_reused", Status: 422, Cause: fmt.Errorf("upstream said %s", SecretMarker)}
+	}
+	r = e.Call(Caller, "ext_create_idem", extArgs("ext-key-0043", "forty-three"))
+	MustCode(t, r, pipeline.Internal, pipeline.RetryNewKey)
+	mustNotLeak(t, r)
+	evs := e.EventsOf("ext-key-0043")
+	if len(evs) != 1 || evs[0].Outcome != auditlog.Failed || evs[0].Code != string(pipeline.Internal) || evs[0].Upstream.End != "key_reused" {
+		t.Fatalf("events = %+v, want one failed INTERNAL event ending key_reused", evs)
+	}
+	sent := len(u.sent())
+	MustCode(t, e.Call(Caller, "ext_create_idem", extArgs("ext-key-0043", "forty-three")), pipeline.KeyFailed, pipeline.RetryNewKey)
+	if len(u.sent()) != sent || len(e.EventsOf("ext-key-0043")) != 1 {
+		t.Errorf("the retry sent %d more and left %d events, want none and 1", len(u.sent())-sent, len(e.EventsOf("ext-key-0043")))
+	}
+}
