@@ -382,9 +382,15 @@ func (x *exported) answer(a *Answer) *pipeline.ExternalAnswer {
 }
 
 // targets are the entities the answer names where the config's pointers
-// say, each a string or an integer: the event's targets.
+// say: the event's targets.
 func (x *exported) targets(out json.RawMessage) []auditlog.Target {
-	if len(x.t.Targets) == 0 {
+	return targetsIn(x.u.Name, x.t.Targets, out)
+}
+
+// targetsIn are the entities of kind upstream that out names at ptrs,
+// each a string or an integer.
+func targetsIn(upstream string, ptrs []Pointer, out json.RawMessage) []auditlog.Target {
+	if len(ptrs) == 0 {
 		return nil
 	}
 	var doc any
@@ -392,7 +398,7 @@ func (x *exported) targets(out json.RawMessage) []auditlog.Target {
 		return nil
 	}
 	var ts []auditlog.Target
-	for _, p := range x.t.Targets {
+	for _, p := range ptrs {
 		for _, v := range p.Select(doc) {
 			var id string
 			switch v := v.(type) {
@@ -404,7 +410,7 @@ func (x *exported) targets(out json.RawMessage) []auditlog.Target {
 				continue
 			}
 			if id != "" && len(id) <= maxTargetID && len(ts) < maxEventTargets {
-				ts = append(ts, auditlog.Target{Kind: x.u.Name, ID: id})
+				ts = append(ts, auditlog.Target{Kind: upstream, ID: id})
 			}
 		}
 	}

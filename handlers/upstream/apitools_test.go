@@ -1,0 +1,215 @@
+package upstream_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers"
+	"github.com/writerd/writerd/handlers/upstream"
+	"github.com/writerd/writerd/internal/logtest"
+	"github.com/writerd/writerd/pipeline"
+	"github.com/writerd/writerd/storage/bolt/boltstore"
+	"github.com/writerd/writerd/storage/storetest"
+)
+
+// apiSecret is what the tests' API puts in every body: none of it may
+// reach an answer, an event or the log.
+const apiSecret = "SECRET-API-BODY"
+
+// apiEnv is a pipeline on a real bbolt store serving an endpoint tool of
+// an HTTP API on loopback, which answers as reply says and records each
+// request line.
+type apiEnv struct {
+	*storetest.Env
+	log *logtest.Buffer
+
+	mu    sync.Mutex
+	reply func(r *http.Request) (int, http.Header, string)
+	lines []string
+}
+
+func newAPIEnv(t *testing.T, keys upstream.KeyHeader, sig upstream.Signals) *apiEnv {
+	t.Helper()
+	e := &apiEnv{log: &logtest.Buffer{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		e.mu.Lock()
+		e.lines = append(e.lines, r.Method+" "+r.RequestURI)
+		reply := e.reply
+		e.mu.Unlock()
+		status, h, body := http.StatusCreated, http.Header{}, `{"ticket":{"id":"T-1","title":"x","note":"`+apiSecret+`"},"request_id":"`+apiSecret+`"}`
+		if reply != nil {
+			status, h, body = reply(r)
+		}
+		for k, v := range h {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	api, err := upstream.NewAPI(upstream.Endpoint{Name: "tickets", BaseURL: srv.URL + "/v1", Timeout: 2 * time.Second}, keys, sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(api.Close)
+	tool, err := upstream.DefineEndpoint[handlers.Store]("tickets", &upstream.EndpointTool{
+		Name: "create_ticket", Export: "tickets_create_ticket", Kind: upstream.KindWrite,
+		Description: "Creates a ticket in a project.",
+		Route:       *route(t, "POST", "/projects/{project}/tickets", nil, map[string]string{"title": "/title"}),
+		Input:       json.RawMessage(`{"type":"object","properties":{"project":{"type":"string","maxLength":100},"title":{"type":"string","maxLength":200}},"required":["project","title"]}`),
+		Output:      json.RawMessage(`{"type":"object","properties":{"ticket":{"type":"object","properties":{"id":{"type":"string","maxLength":50},"title":{"type":"string","maxLength":200}},"required":["id"]}},"required":["ticket"]}`),
+		Targets:     []upstream.Pointer{mustPointer(t, "/ticket/id")},
+	}, upstream.APIOptions{API: api, Slots: upstream.NewSlots(4), Logger: slog.New(slog.NewJSONHandler(e.log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Env = storetest.New(t, storetest.InDir(boltstore.Open), storetest.Options{Tools: []*pipeline.Tool[handlers.Store]{tool}})
+	return e
+}
+
+func mustPointer(t *testing.T, s string) upstream.Pointer {
+	t.Helper()
+	p, err := upstream.ParsePointer(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (e *apiEnv) sent() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.lines...)
+}
+
+func (e *apiEnv) answer(status int, h http.Header, body string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reply = func(*http.Request) (int, http.Header, string) { return status, h, body }
+}
+
+func apiArgs(key, project string) string {
+	return fmt.Sprintf(`{"idempotency_key":%q,"project":%q,"title":"x"}`, key, project)
+}
+
+// noAPISecret fails the test if an answer, an event or a log line holds
+// the API's body.
+func (e *apiEnv) noAPISecret(t *testing.T, results ...*pipeline.Result) {
+	t.Helper()
+	for _, r := range results {
+		b, _ := json.Marshal(r)
+		if r.Err != nil {
+			b = append(b, r.ErrorJSON()...)
+		}
+		if strings.Contains(string(b), apiSecret) {
+			t.Errorf("an answer holds the API's body: %s", b)
+		}
+	}
+	for _, ev := range e.Events() {
+		if b, _ := json.Marshal(ev); strings.Contains(string(b), apiSecret) {
+			t.Errorf("an event holds the API's body: %s", b)
+		}
+	}
+	if strings.Contains(e.log.String(), apiSecret) {
+		t.Errorf("the log holds the API's body:\n%s", e.log.String())
+	}
+}
+
+// Ensure an endpoint tool's write is one request, under its upstream key,
+// its result the members the output schema names (an API's others
+// dropped, never stored), one ok event naming its target; and its retry a
+// replay that sends nothing.
+func TestEndpointToolWritesOnce(t *testing.T) {
+	e := newAPIEnv(t, stripeKeys, upstream.Signals{})
+	r := e.Call(storetest.Caller, "tickets_create_ticket", apiArgs("api-key-0001", "ops"))
+	storetest.MustOK(t, r)
+	if string(r.Output) != `{"ticket":{"id":"T-1","title":"x"}}` {
+		t.Errorf("result %s, want the members the output schema names", r.Output)
+	}
+	evs := e.EventsOf("api-key-0001")
+	if len(evs) != 1 || evs[0].Outcome != auditlog.OK || len(evs[0].Targets) != 1 || evs[0].Targets[0].ID != "T-1" ||
+		evs[0].Upstream == nil || evs[0].Upstream.Name != "tickets" || evs[0].Upstream.Tool != "create_ticket" || evs[0].Upstream.End != "answered" {
+		t.Fatalf("events %+v, want one ok event naming T-1 and the upstream", evs)
+	}
+	again := e.Call(storetest.Caller, "tickets_create_ticket", apiArgs("api-key-0001", "ops"))
+	if !again.Replayed || string(again.Output) != string(r.Output) {
+		t.Errorf("retry %+v, want the replay", again)
+	}
+	if got := e.sent(); len(got) != 1 || got[0] != "POST /v1/projects/ops/tickets" {
+		t.Errorf("the API saw %q, want one POST /v1/projects/ops/tickets", got)
+	}
+	e.noAPISecret(t, r, again)
+}
+
+// Ensure a path argument that would leave its segment is refused
+// INVALID_INPUT before anything is recorded or sent, and one that holds
+// a slash or a query stays inside its segment.
+func TestEndpointToolPathArguments(t *testing.T) {
+	e := newAPIEnv(t, stripeKeys, upstream.Signals{})
+	for i, v := range []string{"..", "."} {
+		key := fmt.Sprintf("api-key-010%d", i)
+		r := e.Call(storetest.Caller, "tickets_create_ticket", apiArgs(key, v))
+		storetest.MustCode(t, r, pipeline.InvalidInput, pipeline.RetryNewKey)
+		if rec := e.Record(storetest.Caller.Principal, key); rec != nil || len(e.EventsOf(key)) != 0 {
+			t.Errorf("%q: record %+v, %d events: want neither", v, rec, len(e.EventsOf(key)))
+		}
+	}
+	storetest.MustOK(t, e.Call(storetest.Caller, "tickets_create_ticket", apiArgs("api-key-0110", "../admin?x=1#y")))
+	if got := e.sent(); len(got) != 1 || got[0] != "POST /v1/projects/..%2Fadmin%3Fx%3D1%23y/tickets" {
+		t.Errorf("the API saw %q, want the argument inside its segment", got)
+	}
+}
+
+// Ensure each status reaches the caller as issue 29 maps it, with the
+// record and the event it says, and no body anywhere.
+func TestEndpointToolStatuses(t *testing.T) {
+	problem := http.Header{"Content-Type": {"application/problem+json"}}
+	body := `{"type":"about:blank","detail":"` + apiSecret + `"}`
+	sig := upstream.Signals{InFlight: upstream.Signal{Status: 409}, KeyReused: upstream.Signal{Status: 422}}
+	e := newAPIEnv(t, stripeKeys, sig)
+	for i, c := range []struct {
+		status int
+		code   pipeline.Code
+		retry  pipeline.Retry
+		events int
+		state  string // the record's, "" for none
+	}{
+		{404, pipeline.UpstreamRefused, pipeline.RetryNewKey, 1, "failed"},
+		{401, pipeline.Unavailable, pipeline.RetrySameKey, 0, ""},
+		{403, pipeline.UpstreamRefused, pipeline.RetryNewKey, 1, "failed"},
+		{408, pipeline.Unavailable, pipeline.RetrySameKey, 0, ""},
+		{429, pipeline.Unavailable, pipeline.RetrySameKey, 0, ""},
+		{503, pipeline.Unavailable, pipeline.RetrySameKey, 0, ""},
+		{409, pipeline.KeyInUse, pipeline.RetrySameKey, 0, "pending"},
+		{422, pipeline.Internal, pipeline.RetryNewKey, 1, "failed"},
+	} {
+		e.answer(c.status, problem, body)
+		key := fmt.Sprintf("api-key-02%02d", i)
+		r := e.Call(storetest.Caller, "tickets_create_ticket", apiArgs(key, "ops"))
+		storetest.MustCode(t, r, c.code, c.retry)
+		if c.status == 404 && !strings.Contains(r.Err.Message, "HTTP 404") {
+			t.Errorf("404: message %q, want the status", r.Err.Message)
+		}
+		if n := len(e.EventsOf(key)); n != c.events {
+			t.Errorf("%d: %d events, want %d", c.status, n, c.events)
+		}
+		rec := e.Record(storetest.Caller.Principal, key)
+		if state := ""; rec != nil && string(rec.State) != c.state || rec == nil && c.state != state {
+			t.Errorf("%d: record %+v, want state %q", c.status, rec, c.state)
+		}
+		e.noAPISecret(t, r)
+	}
+	if !strings.Contains(e.log.String(), "refused writerd's own credential") {
+		t.Errorf("no alarm for the 401 in the log:\n%s", e.log.String())
+	}
+}
