@@ -246,16 +246,25 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 	return p.complete(ctx, t, rec, ev, start, ans)
 }
 
-// Bounds of the wait an in-flight answer asks for.
-const (
-	minPostpone = time.Second
-)
+// minPostpone is the least wait an in-flight answer moves a lease by.
+const minPostpone = time.Second
 
 // postpone moves the lease of rec, a pending record this process owns,
 // to after the upstream's Retry-After (at least minPostpone, at most the
 // lease), fenced: the takeover sweep then re-drives it.
 func (p *Pipeline[D]) postpone(ctx context.Context, rec *idempotency.Record, after time.Duration) error {
 	after = min(max(after, minPostpone), p.cfg.Lease)
+	return p.fenced(ctx, rec, func(tx Tx[D], cur *idempotency.Record) error {
+		later := *cur
+		later.LeaseUntil = p.now().Add(after)
+		return tx.Keys().Put(&later)
+	})
+}
+
+// fenced runs fn in a transaction on rec, a pending record this process
+// owns, if its fence (owner and attempt) still holds; a record taken over
+// is left to its new owner, and that is no error.
+func (p *Pipeline[D]) fenced(ctx context.Context, rec *idempotency.Record, fn func(tx Tx[D], cur *idempotency.Record) error) error {
 	err := p.update(ctx, func(tx Tx[D]) error {
 		cur, err := tx.Keys().Claim(rec.Principal, rec.Key, p.cfg.KeyWait)
 		if err != nil {
@@ -264,9 +273,7 @@ func (p *Pipeline[D]) postpone(ctx context.Context, rec *idempotency.Record, aft
 		if !cur.Fenced(rec.Owner, rec.Attempt) {
 			return errFenced
 		}
-		later := *cur
-		later.LeaseUntil = p.now().Add(after)
-		return tx.Keys().Put(&later)
+		return fn(tx, cur)
 	})
 	if errors.Is(err, errFenced) {
 		return nil
@@ -346,20 +353,9 @@ func (p *Pipeline[D]) renew(ctx context.Context, rec *idempotency.Record) (stop 
 // never sent: fenced, so that a record taken over is left to its new
 // owner.
 func (p *Pipeline[D]) release(ctx context.Context, rec *idempotency.Record) error {
-	err := p.update(ctx, func(tx Tx[D]) error {
-		cur, err := tx.Keys().Claim(rec.Principal, rec.Key, p.cfg.KeyWait)
-		if err != nil {
-			return err
-		}
-		if !cur.Fenced(rec.Owner, rec.Attempt) {
-			return errFenced
-		}
+	return p.fenced(ctx, rec, func(tx Tx[D], _ *idempotency.Record) error {
 		return tx.Keys().Delete(rec.Principal, rec.Key)
 	})
-	if errors.Is(err, errFenced) {
-		return nil
-	}
-	return err
 }
 
 // complete is step (c): one transaction, fenced by rec's owner and
