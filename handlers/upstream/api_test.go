@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/writerd/writerd/handlers/upstream"
 	"github.com/writerd/writerd/pipeline"
@@ -327,4 +329,51 @@ func TestAPIEndsOfACallWithoutAnAnswer(t *testing.T) {
 	if ans := a.Call(context.Background(), rt, []byte(`{}`), testKey); ans.End != upstream.EndTimeout || ans.Duration < 200*time.Millisecond {
 		t.Errorf("no answer: end %s after %s, want timeout after 200ms", ans.End, ans.Duration)
 	}
+}
+
+// FuzzAPIRequest: whatever a path argument and a query argument hold,
+// the request either is refused as the path template refuses it or has
+// the path argument as exactly one segment, the query value as exactly
+// one parameter, and a request line with no byte a server could take as
+// its end (space, CR, LF).
+func FuzzAPIRequest(f *testing.F) {
+	for _, s := range []string{"t1", "..", ".", "", "../x", "%2F", "a?b#c", "a\r\nHost: x", "é", "a b"} {
+		f.Add(s, s)
+	}
+	rt := route(&testing.T{}, "PATCH", "/tickets/{id}/labels", map[string]string{"q": "/q"}, map[string]string{"q": "/q"})
+	a, err := upstream.NewAPI(upstream.Endpoint{Name: "api", BaseURL: "http://127.0.0.1:1/v1"}, stripeKeys, upstream.Signals{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, id, q string) {
+		if !utf8.ValidString(id) || !utf8.ValidString(q) {
+			t.Skip() // arguments are JSON, which the strict parse holds to UTF-8
+		}
+		args, err := json.Marshal(map[string]string{"id": id, "q": q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := a.Request(context.Background(), rt, args, testKey)
+		if err != nil {
+			var e *pipeline.Error
+			if !errors.As(err, &e) || e.Code != pipeline.InvalidInput && e.Code != pipeline.InputTooLarge {
+				t.Fatalf("%q: %v, want INVALID_INPUT or INPUT_TOO_LARGE", id, err)
+			}
+			return
+		}
+		uri := req.URL.RequestURI()
+		if strings.ContainsAny(uri, " \r\n") {
+			t.Fatalf("%q: the request line holds %q", id, uri)
+		}
+		segs := strings.Split(req.URL.EscapedPath(), "/")
+		if len(segs) != 5 || segs[1] != "v1" || segs[2] != "tickets" || segs[4] != "labels" {
+			t.Fatalf("%q: path %q leaves its segment", id, req.URL.EscapedPath())
+		}
+		if got, err := url.PathUnescape(segs[3]); err != nil || got != id {
+			t.Fatalf("%q: the segment %q reads back as %q (%v)", id, segs[3], got, err)
+		}
+		if vs, err := url.ParseQuery(req.URL.RawQuery); err != nil || len(vs) != 1 || len(vs["q"]) != 1 || vs["q"][0] != q {
+			t.Fatalf("%q: query %q reads back as %v (%v)", q, req.URL.RawQuery, vs, err)
+		}
+	})
 }
