@@ -15,6 +15,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers"
 	"github.com/writerd/writerd/handlers/upstream"
+	"github.com/writerd/writerd/handlers/upstream/upstreamtest/apitest"
 	"github.com/writerd/writerd/internal/logtest"
 	"github.com/writerd/writerd/pipeline"
 	"github.com/writerd/writerd/storage/bolt/boltstore"
@@ -211,5 +212,74 @@ func TestEndpointToolStatuses(t *testing.T) {
 	}
 	if !strings.Contains(e.log.String(), "refused writerd's own credential") {
 		t.Errorf("no alarm for the 401 in the log:\n%s", e.log.String())
+	}
+}
+
+// Ensure a path argument that tries to escape its segment reaches the
+// tests' fake API (a process of its own) inside it, as its requests log
+// records the request line, or is refused before anything is sent; and
+// that the keyed write executes once however often it is retried.
+func TestEndpointToolAgainstTheFakeAPI(t *testing.T) {
+	srv := apitest.StartAPI(t, apitest.Options{})
+	api, err := upstream.NewAPI(upstream.Endpoint{Name: "tracker", BaseURL: srv.URL + "/v1", Timeout: 5 * time.Second}, stripeKeys, upstream.Signals{
+		InFlight: upstream.Signal{Status: 409, ProblemType: apitest.ProblemInFlight}, KeyReused: upstream.Signal{Status: 422, ProblemType: apitest.ProblemKeyReused}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(api.Close)
+	tool, err := upstream.DefineEndpoint[handlers.Store]("tracker", &upstream.EndpointTool{
+		Name: "comment", Export: "tracker_comment", Kind: upstream.KindWrite, Description: "Comments on a ticket.",
+		Route:  *route(t, "POST", "/tickets/{id}/comments", nil, map[string]string{"text": "/text"}),
+		Input:  json.RawMessage(`{"type":"object","properties":{"id":{"type":"string","maxLength":100},"text":{"type":"string","maxLength":200}},"required":["id","text"]}`),
+		Output: json.RawMessage(`{"type":"object","properties":{"accepted":{"type":"boolean"},"comment_id":{"type":"string","maxLength":100}},"required":["accepted"]}`),
+	}, upstream.APIOptions{API: api, Slots: upstream.NewSlots(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := storetest.New(t, storetest.InDir(boltstore.Open), storetest.Options{Tools: []*pipeline.Tool[handlers.Store]{tool}})
+	if a, err := http.Post(srv.URL+"/v1/tickets", "application/json", strings.NewReader(`{"title":"t"}`)); err != nil || a.StatusCode != 201 {
+		t.Fatalf("create the ticket: %v %v", a, err)
+	}
+	call := func(key, id string) *pipeline.Result {
+		b, _ := json.Marshal(map[string]string{"idempotency_key": key, "id": id, "text": "hi"})
+		return e.Call(storetest.Caller, "tracker_comment", string(b))
+	}
+	r := call("fake-key-0001", "T-1")
+	storetest.MustOK(t, r)
+	if string(r.Output) != `{"accepted":true,"comment_id":"T-1-C-1"}` {
+		t.Errorf("result %s, want the output schema's members", r.Output)
+	}
+	call("fake-key-0001", "T-1")
+	for i, id := range []string{"..", ".", ""} {
+		storetest.MustCode(t, call(fmt.Sprintf("fake-key-01%02d", i), id), pipeline.InvalidInput, pipeline.RetryNewKey)
+	}
+	escapes := []string{"../", "%2F", "a?b", "a#b", "a\nb", "../../tickets/T-1"}
+	for i, id := range escapes {
+		storetest.MustCode(t, call(fmt.Sprintf("fake-key-02%02d", i), id), pipeline.UpstreamRefused, pipeline.RetryNewKey)
+	}
+	reqs, err := apitest.ReadRequests(srv.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"/v1/tickets", "/v1/tickets/T-1/comments", "/v1/tickets/..%2F/comments", "/v1/tickets/%252F/comments",
+		"/v1/tickets/a%3Fb/comments", "/v1/tickets/a%23b/comments", "/v1/tickets/a%0Ab/comments", "/v1/tickets/..%2F..%2Ftickets%2FT-1/comments"}
+	var got []string
+	for _, q := range reqs {
+		got = append(got, q.RequestURI)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("the fake saw\n%q\nwant\n%q", got, want)
+	}
+	entries, err := apitest.ReadLedger(srv.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 || entries[1].Key == "" {
+		t.Errorf("ledger %+v, want the ticket and one keyed comment", entries)
+	}
+	for _, ev := range e.Events() {
+		if b, _ := json.Marshal(ev); strings.Contains(string(b), apitest.Secret) || strings.Contains(string(b), apitest.BodySecret) {
+			t.Errorf("an event holds the fake's text: %s", b)
+		}
 	}
 }
