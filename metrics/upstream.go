@@ -27,7 +27,7 @@ func NewUpstreams(reg prometheus.Registerer) *Upstreams {
 			Name: "writerd_upstream_up", Help: "1 while the upstream is connected and its tools are served, else 0.",
 		}, []string{"upstream"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "writerd_upstream_calls_total", Help: "Calls sent to each upstream, by how they ended (answered, refused, not_sent, error, lost, timeout, bad_answer).",
+			Name: "writerd_upstream_calls_total", Help: "Calls sent to each upstream, by how they ended (answered, refused, not_sent, error, lost, timeout, bad_answer; for an HTTP API also in_flight, key_reused, credential_refused, not_run).",
 		}, []string{"upstream", "result"}),
 		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "writerd_upstream_call_seconds", Help: "How long each upstream took to answer a call.",

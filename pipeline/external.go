@@ -125,6 +125,10 @@ type ExternalAnswer struct {
 	Status int
 	// RetryAfter is how long the upstream asked to wait (InFlight).
 	RetryAfter time.Duration
+	// Credential, with NotSent: the upstream refused writerd's own
+	// credential, so nothing ran; the caller is told it is the
+	// operator's to fix.
+	Credential bool
 	// Cause is the private reason of an answer that is not Done, for the
 	// logs at debug level: it may hold the upstream's text, which never
 	// reaches a caller or the info-level log.
@@ -425,4 +429,5 @@ const (
 	upstreamStatusMessage  = "The upstream refused the call with HTTP %d; change the arguments as its tool's description says and send it with a new key."
 	upstreamReadMessage    = "The upstream of this tool did not give an answer that can be returned; send the same call again shortly."
 	notSentMessage         = "The upstream of this tool could not be reached and the call was not sent; send it again with the same key shortly."
+	credentialMessage      = "The upstream of this tool refused writerd's own credential and did not run the call; its operator has been alerted. Send it again with the same key later."
 )

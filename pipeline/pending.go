@@ -231,7 +231,11 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 			// cannot know the call never left: it records it unknown.
 			p.log.Error("delete a pending record whose call was never sent", "request_id", ev.RequestID, "cause", err.Error())
 		}
-		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: Wrap(Unavailable, ans.Cause, notSentMessage)}
+		msg := notSentMessage
+		if ans.Credential {
+			msg = credentialMessage
+		}
+		return &Result{RequestID: ev.RequestID, Outcome: OutcomeError, Err: Wrap(Unavailable, ans.Cause, msg)}
 	}
 	if ans.Disposition == InFlight {
 		// The key's first request still runs upstream: the record stays

@@ -151,7 +151,7 @@ func (x *endpoint) answer(a *APIAnswer) *pipeline.ExternalAnswer {
 		// and the calls answered UNAVAILABLE meanwhile.
 		x.log.Error("an HTTP API upstream refused writerd's own credential; its calls are not run until its operator renews the credential in the upstreams file",
 			"upstream", x.upstream, "tool", x.t.Name, "status", a.Status)
-		return &pipeline.ExternalAnswer{Disposition: pipeline.NotSent, Cause: a.Cause}
+		return &pipeline.ExternalAnswer{Disposition: pipeline.NotSent, Credential: true, Cause: a.Cause}
 	case EndRefused:
 		return &pipeline.ExternalAnswer{Disposition: pipeline.Refused, Cause: a.Cause}
 	case EndInFlight:

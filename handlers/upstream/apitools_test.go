@@ -201,6 +201,9 @@ func TestEndpointToolStatuses(t *testing.T) {
 		if c.status == 404 && !strings.Contains(r.Err.Message, "HTTP 404") {
 			t.Errorf("404: message %q, want the status", r.Err.Message)
 		}
+		if credential := strings.Contains(r.Err.Message, "refused writerd's own credential"); credential != (c.status == 401) {
+			t.Errorf("%d: message %q: it says the credential was refused: %v, want %v", c.status, r.Err.Message, credential, c.status == 401)
+		}
 		if n := len(e.EventsOf(key)); n != c.events {
 			t.Errorf("%d: %d events, want %d", c.status, n, c.events)
 		}
