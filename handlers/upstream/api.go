@@ -333,6 +333,7 @@ func (a *API) call(ctx context.Context, r *Route, args json.RawMessage, key stri
 //	5xx                    error
 func (a *API) Classify(resp *http.Response, keyed bool) *APIAnswer {
 	st := resp.StatusCode
+	var problem *string // the problem's type, once read
 	ans := &APIAnswer{Status: st, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	switch {
 	case st >= 200 && st < 300:
@@ -350,9 +351,9 @@ func (a *API) Classify(resp *http.Response, keyed bool) *APIAnswer {
 			ans.End, ans.Result = EndAnswered, bytes.TrimSpace(b)
 		}
 		return ans
-	case keyed && a.matches(a.sig.InFlight, resp):
+	case keyed && a.sig.InFlight.matches(resp, &problem):
 		ans.End = EndInFlight
-	case keyed && a.matches(a.sig.KeyReused, resp):
+	case keyed && a.sig.KeyReused.matches(resp, &problem):
 		ans.End = EndKeyReused
 	case st == http.StatusUnauthorized, st == http.StatusForbidden && a.sig.Credential403:
 		ans.End = EndCredential
@@ -371,26 +372,36 @@ func (a *API) Classify(resp *http.Response, keyed bool) *APIAnswer {
 const maxProblemBytes = 16 << 10
 
 // matches reports whether resp is the signal s: its status, and its
-// problem's type where s names one. The body is read only for that.
-func (a *API) matches(s Signal, resp *http.Response) bool {
+// problem's type where s names one. The body is read only for that,
+// once: *problem keeps the type read ("" for none) for the next signal.
+func (s Signal) matches(resp *http.Response, problem **string) bool {
 	if s.Status == 0 || resp.StatusCode != s.Status {
 		return false
 	}
 	if s.ProblemType == "" {
 		return true
 	}
+	if *problem == nil {
+		typ := problemType(resp)
+		*problem = &typ
+	}
+	return **problem == s.ProblemType
+}
+
+// problemType is the type of resp's RFC 9457 problem, "" if it is none.
+func problemType(resp *http.Response) string {
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt != "application/problem+json" {
-		return false
+		return ""
 	}
 	var p struct {
 		Type string `json:"type"`
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxProblemBytes))
 	if err != nil || json.Unmarshal(b, &p) != nil {
-		return false
+		return ""
 	}
-	return p.Type == s.ProblemType
+	return p.Type
 }
 
 // maxRetryAfter bounds the Retry-After writerd heeds.

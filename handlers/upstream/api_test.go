@@ -168,6 +168,11 @@ func TestAPIClassifiesEachStatus(t *testing.T) {
 	keyed := newAPI(t, srv.URL, stripeKeys, signals)
 	plain := newAPI(t, srv.URL, upstream.KeyHeader{}, signals)
 	cred403 := newAPI(t, srv.URL, stripeKeys, upstream.Signals{Credential403: true})
+	// Two signals on one status, told apart by their problems' types.
+	shared := newAPI(t, srv.URL, stripeKeys, upstream.Signals{
+		InFlight:  upstream.Signal{Status: 409, ProblemType: "https://api.test/in-flight"},
+		KeyReused: upstream.Signal{Status: 409, ProblemType: "https://api.test/reused"},
+	})
 	big := strings.Repeat("x", 1023) // with its quotes, one byte over the bound
 	for _, c := range []struct {
 		api    *upstream.API
@@ -195,6 +200,9 @@ func TestAPIClassifiesEachStatus(t *testing.T) {
 		{keyed, reply{409, "application/json", problem("https://api.test/in-flight"), ""}, upstream.EndRefused, "", 0},
 		{plain, reply{409, pj, problem("https://api.test/in-flight"), ""}, upstream.EndRefused, "", 0},
 		{keyed, reply{422, pj, problem("about:blank"), ""}, upstream.EndKeyReused, "", 0},
+		{shared, reply{409, pj, problem("https://api.test/in-flight"), ""}, upstream.EndInFlight, "", 0},
+		{shared, reply{409, pj, problem("https://api.test/reused"), ""}, upstream.EndKeyReused, "", 0},
+		{shared, reply{409, pj, problem("https://api.test/other"), ""}, upstream.EndRefused, "", 0},
 		{plain, reply{422, pj, problem("about:blank"), ""}, upstream.EndRefused, "", 0},
 		{cred403, reply{422, "", "", ""}, upstream.EndRefused, "", 0},
 		{keyed, reply{425, "", "", ""}, upstream.EndNotRun, "", 0},
