@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -130,7 +131,10 @@ func (x *endpoint) Send(ctx context.Context, call *pipeline.ExternalCall) *pipel
 	a := x.api.Call(ctx, &x.t.Route, call.Args, call.UpstreamKey)
 	x.metrics.Call(x.upstream, string(a.End), a.Duration)
 	ans := x.answer(a)
-	ans.End, ans.Status, ans.Duration = string(a.End), a.Status, a.Duration
+	if ans.End == "" {
+		ans.End = string(a.End)
+	}
+	ans.Status, ans.Duration = a.Status, a.Duration
 	return ans
 }
 
@@ -141,7 +145,7 @@ func (x *endpoint) answer(a *APIAnswer) *pipeline.ExternalAnswer {
 		d := answerDigest(a.Result)
 		out, err := prune(a.Result, x.output)
 		if err != nil {
-			return &pipeline.ExternalAnswer{Disposition: pipeline.Uncertain, AnswerDigest: d, Cause: err}
+			return &pipeline.ExternalAnswer{Disposition: pipeline.Uncertain, End: string(EndBadAnswer), AnswerDigest: d, Cause: err}
 		}
 		return &pipeline.ExternalAnswer{Disposition: pipeline.Done, Output: out, AnswerDigest: d, Targets: targetsIn(x.upstream, x.t.Targets, out)}
 	case EndNotSent, EndNotRun:
@@ -170,8 +174,11 @@ func prune(raw json.RawMessage, schema any) (json.RawMessage, error) {
 	if err := pipeline.StrictJSON(raw, pipeline.DefaultLimits); err != nil {
 		return nil, fmt.Errorf("the answer breaks the strict parse: %w", err)
 	}
+	// Numbers as they came (1.50 stays 1.50), not as a float64 writes them.
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
 	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if err := d.Decode(&v); err != nil {
 		return nil, fmt.Errorf("decode the answer: %w", err)
 	}
 	return json.Marshal(pruned(v, schema))

@@ -47,7 +47,7 @@ func newAPIEnv(t *testing.T, keys upstream.KeyHeader, sig upstream.Signals) *api
 		e.lines = append(e.lines, r.Method+" "+r.RequestURI)
 		reply := e.reply
 		e.mu.Unlock()
-		status, h, body := http.StatusCreated, http.Header{}, `{"ticket":{"id":"T-1","title":"x","note":"`+apiSecret+`"},"request_id":"`+apiSecret+`"}`
+		status, h, body := http.StatusCreated, http.Header{}, `{"ticket":{"id":"T-1","title":"x","amount":1.50,"note":"`+apiSecret+`"},"request_id":"`+apiSecret+`"}`
 		if reply != nil {
 			status, h, body = reply(r)
 		}
@@ -68,7 +68,7 @@ func newAPIEnv(t *testing.T, keys upstream.KeyHeader, sig upstream.Signals) *api
 		Description: "Creates a ticket in a project.",
 		Route:       *route(t, "POST", "/projects/{project}/tickets", nil, map[string]string{"title": "/title"}),
 		Input:       json.RawMessage(`{"type":"object","properties":{"project":{"type":"string","maxLength":100},"title":{"type":"string","maxLength":200}},"required":["project","title"]}`),
-		Output:      json.RawMessage(`{"type":"object","properties":{"ticket":{"type":"object","properties":{"id":{"type":"string","maxLength":50},"title":{"type":"string","maxLength":200}},"required":["id"]}},"required":["ticket"]}`),
+		Output:      json.RawMessage(`{"type":"object","properties":{"ticket":{"type":"object","properties":{"id":{"type":"string","maxLength":50},"title":{"type":"string","maxLength":200},"amount":{"type":"number"}},"required":["id"]}},"required":["ticket"]}`),
 		Targets:     []upstream.Pointer{mustPointer(t, "/ticket/id")},
 	}, upstream.APIOptions{API: api, Slots: upstream.NewSlots(4), Logger: slog.New(slog.NewJSONHandler(e.log, nil))})
 	if err != nil {
@@ -134,7 +134,7 @@ func TestEndpointToolWritesOnce(t *testing.T) {
 	e := newAPIEnv(t, stripeKeys, upstream.Signals{})
 	r := e.Call(storetest.Caller, "tickets_create_ticket", apiArgs("api-key-0001", "ops"))
 	storetest.MustOK(t, r)
-	if string(r.Output) != `{"ticket":{"id":"T-1","title":"x"}}` {
+	if string(r.Output) != `{"ticket":{"amount":1.50,"id":"T-1","title":"x"}}` {
 		t.Errorf("result %s, want the members the output schema names", r.Output)
 	}
 	evs := e.EventsOf("api-key-0001")
@@ -285,4 +285,18 @@ func TestEndpointToolAgainstTheFakeAPI(t *testing.T) {
 			t.Errorf("an event holds the fake's text: %s", b)
 		}
 	}
+}
+
+// Ensure a 2xx the strict parse refuses (a member twice) is an unknown
+// outcome, its event's end bad_answer: the API acted, and its answer
+// cannot be returned.
+func TestEndpointToolBadAnswer(t *testing.T) {
+	e := newAPIEnv(t, upstream.KeyHeader{}, upstream.Signals{})
+	e.answer(http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, `{"ticket":{"id":"T-1","id":"`+apiSecret+`"}}`)
+	r := e.Call(storetest.Caller, "tickets_create_ticket", apiArgs("api-key-0300", "ops"))
+	storetest.MustCode(t, r, pipeline.UnknownOutcome, pipeline.RetryNever)
+	if evs := e.EventsOf("api-key-0300"); len(evs) != 1 || evs[0].Outcome != auditlog.Unknown || evs[0].Upstream.End != "bad_answer" {
+		t.Errorf("events %+v, want one unknown event ending bad_answer", evs)
+	}
+	e.noAPISecret(t, r)
 }
