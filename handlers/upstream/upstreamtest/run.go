@@ -32,41 +32,56 @@ func BuildTo(dir string) (string, error) {
 	if !ok {
 		return "", errors.New("upstreamtest: no source path")
 	}
-	src := filepath.Join(filepath.Dir(file), "fakeupstream")
+	return BuildMain(filepath.Join(filepath.Dir(file), "fakeupstream"), dir)
+}
+
+// BuildMain builds the main package in src into dir, the binary named
+// after src's folder, and returns its path.
+func BuildMain(src, dir string) (string, error) {
+	name := filepath.Base(src)
 	if _, err := os.Stat(src); err != nil {
-		return "", fmt.Errorf("upstreamtest: fakeupstream's source: %w", err)
+		return "", fmt.Errorf("upstreamtest: %s's source: %w", name, err)
 	}
-	bin := filepath.Join(dir, "fakeupstream")
+	bin := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-o", bin, ".")
 	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("upstreamtest: go build fakeupstream: %v\n%s", err, out)
+		return "", fmt.Errorf("upstreamtest: go build %s: %v\n%s", name, err, out)
 	}
 	return bin, nil
 }
 
-var built struct {
+// Once builds a binary once per test process (into a folder removed
+// only with the machine's temp files) with build, and returns its path.
+type Once struct {
 	once sync.Once
 	bin  string
 	err  error
 }
 
-// Build builds fakeupstream once per test process (into a folder removed
-// only with the machine's temp files) and returns its path.
-func Build(t TB) string {
+// Build runs build once, into a new temporary folder named for name.
+func (o *Once) Build(t TB, name string, build func(dir string) (string, error)) string {
 	t.Helper()
-	built.once.Do(func() {
-		dir, err := os.MkdirTemp("", "fakeupstream-")
+	o.once.Do(func() {
+		dir, err := os.MkdirTemp("", name+"-")
 		if err != nil {
-			built.err = err
+			o.err = err
 			return
 		}
-		built.bin, built.err = BuildTo(dir)
+		o.bin, o.err = build(dir)
 	})
-	if built.err != nil {
-		t.Fatal(built.err)
+	if o.err != nil {
+		t.Fatal(o.err)
 	}
-	return built.bin
+	return o.bin
+}
+
+var built Once
+
+// Build builds fakeupstream once per test process and returns its path.
+func Build(t TB) string {
+	t.Helper()
+	return built.Build(t, "fakeupstream", BuildTo)
 }
 
 // Options start a fake.

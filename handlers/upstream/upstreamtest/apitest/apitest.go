@@ -33,9 +33,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/writerd/writerd/handlers/upstream/upstreamtest"
 )
 
 // Secret is in every error and refusal body the fake sends, and
@@ -175,21 +176,7 @@ func (s Switches) Applies(route string) bool {
 }
 
 // Duration is a time.Duration written as in Go ("150ms").
-type Duration time.Duration
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads a string (time.ParseDuration).
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	v, err := time.ParseDuration(s)
-	*d = Duration(v)
-	return err
-}
+type Duration = upstreamtest.Duration
 
 // SetSwitches puts s in force for the fake of ledger, at its next
 // request: LEDGER.control replaced whole (a temporary file renamed).
@@ -219,14 +206,8 @@ func ReadSwitches(ledger string) (Switches, error) {
 	return s, err
 }
 
-// TB is the part of testing.TB the helpers use, so that package testing
-// is not linked into a binary that starts the fake.
-type TB interface {
-	Helper()
-	Fatal(args ...any)
-	TempDir() string
-	Cleanup(func())
-}
+// TB is the part of testing.TB the helpers use.
+type TB = upstreamtest.TB
 
 // BuildTo builds fakeapi into dir from this package's source folder and
 // returns the binary's path.
@@ -235,36 +216,15 @@ func BuildTo(dir string) (string, error) {
 	if !ok {
 		return "", errors.New("apitest: no source path")
 	}
-	bin := filepath.Join(dir, "fakeapi")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "fakeapi")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("apitest: go build fakeapi: %v\n%s", err, out)
-	}
-	return bin, nil
+	return upstreamtest.BuildMain(filepath.Join(filepath.Dir(file), "fakeapi"), dir)
 }
 
-var built struct {
-	once sync.Once
-	bin  string
-	err  error
-}
+var built upstreamtest.Once
 
 // Build builds fakeapi once per test process and returns its path.
 func Build(t TB) string {
 	t.Helper()
-	built.once.Do(func() {
-		dir, err := os.MkdirTemp("", "fakeapi-")
-		if err != nil {
-			built.err = err
-			return
-		}
-		built.bin, built.err = BuildTo(dir)
-	})
-	if built.err != nil {
-		t.Fatal(built.err)
-	}
-	return built.bin
+	return built.Build(t, "fakeapi", BuildTo)
 }
 
 // Options start a fake.
