@@ -192,10 +192,9 @@ func (a *API) Request(ctx context.Context, r *Route, args json.RawMessage, key s
 	}
 	u := *a.base
 	u.RawQuery, u.Fragment = "", ""
-	u.Path = strings.TrimSuffix(a.base.Path, "/")
 	u.RawPath = strings.TrimSuffix(a.base.EscapedPath(), "/") + path
-	if pu, err := url.PathUnescape(u.RawPath); err == nil {
-		u.Path = pu
+	if u.Path, err = url.PathUnescape(u.RawPath); err != nil {
+		return nil, fmt.Errorf("upstream: base path: %w", err)
 	}
 	q := url.Values{}
 	for _, p := range r.Query {
@@ -304,6 +303,9 @@ func (a *API) call(ctx context.Context, r *Route, args json.RawMessage, key stri
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	}))
 	resp, err := a.hc.Do(req)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err // without the URL, which holds the arguments
+	}
 	if err != nil {
 		switch {
 		case !wrote.Load():

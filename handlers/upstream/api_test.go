@@ -305,8 +305,9 @@ func TestAPIEndsOfACallWithoutAnAnswer(t *testing.T) {
 	refused := "http://" + ln.Addr().String()
 	ln.Close()
 	rt := route(t, "POST", "/tickets", nil, map[string]string{})
-	if ans := newAPI(t, refused, stripeKeys, upstream.Signals{}).Call(context.Background(), rt, []byte(`{}`), testKey); ans.End != upstream.EndNotSent {
-		t.Errorf("connection refused: end %s (%v), want not_sent", ans.End, ans.Cause)
+	withArg := route(t, "POST", "/tickets/{id}", nil, map[string]string{})
+	if ans := newAPI(t, refused, stripeKeys, upstream.Signals{}).Call(context.Background(), withArg, []byte(`{"id":"ARG-VALUE"}`), testKey); ans.End != upstream.EndNotSent || strings.Contains(ans.Cause.Error(), "ARG-VALUE") {
+		t.Errorf("connection refused: end %s (%v), want not_sent, its cause without the argument", ans.End, ans.Cause)
 	}
 
 	hang := make(chan struct{})
