@@ -25,6 +25,15 @@ func CheckSchema(raw []byte) error {
 	return checkBounded("", tree)
 }
 
+// CheckOutputSchema compiles an output schema exactly as a tool's is
+// compiled: the keywords the checker enforces and local $refs. Unlike an
+// input's, it need not bound what it allows: a result is bounded by its
+// upstream's max_result_bytes.
+func CheckOutputSchema(raw []byte) error {
+	_, err := compileSchema(raw)
+	return err
+}
+
 // StrictJSON is the strict parse of any one JSON value (an upstream's
 // answer): well-formed JSON and UTF-8, no lone surrogates, no duplicate
 // members, finite numbers, integers within ±(2^53−1), no nonzero number

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/writerd/writerd/metrics"
@@ -48,11 +49,17 @@ type APIOptions struct {
 // Its path template's arguments must be required strings of its input
 // schema.
 func DefineEndpoint[D any](name string, t *EndpointTool, o APIOptions) (*pipeline.Tool[D], error) {
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("upstream %s, tool %s: %s", name, t.Name, fmt.Sprintf(format, args...))
+	tool, err := defineEndpoint[D](name, t, o)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s, tool %s: %w", name, t.Name, err)
 	}
+	return tool, nil
+}
+
+// defineEndpoint is DefineEndpoint, its error without the names.
+func defineEndpoint[D any](name string, t *EndpointTool, o APIOptions) (*pipeline.Tool[D], error) {
 	if err := pathArgsRequired(t); err != nil {
-		return nil, fail("input schema: %v", err)
+		return nil, fmt.Errorf("input schema: %w", err)
 	}
 	log := o.Logger
 	if log == nil {
@@ -61,7 +68,7 @@ func DefineEndpoint[D any](name string, t *EndpointTool, o APIOptions) (*pipelin
 	x := &endpoint{upstream: name, t: t, api: o.API, slots: o.Slots, metrics: o.Metrics, log: log}
 	var out any
 	if err := json.Unmarshal(t.Output, &out); err != nil {
-		return nil, fail("output schema: not JSON")
+		return nil, errors.New("output schema: not JSON")
 	}
 	x.output = out
 	spec := pipeline.ExternalSpec{
@@ -78,7 +85,12 @@ func DefineEndpoint[D any](name string, t *EndpointTool, o APIOptions) (*pipelin
 	}
 	tool, err := pipeline.DefineExternal[D](spec)
 	if err != nil {
-		return nil, fail("%v", err)
+		// Without pipeline's prefix: the caller names the tool.
+		_, cause, _ := strings.Cut(err.Error(), "pipeline: tool "+t.Export+": ")
+		if cause == "" {
+			return nil, err
+		}
+		return nil, errors.New(cause)
 	}
 	return tool, nil
 }

@@ -95,6 +95,10 @@ type LoadOptions struct {
 	// timeout must be under it too.
 	MaxTimeout time.Duration
 
+	// Dir is the directory a relative schema file's path is under: Load
+	// sets it to the file's ("" is the working directory).
+	Dir string
+
 	Getenv   func(name string) (string, bool)
 	ReadFile func(path string) ([]byte, error)
 }
@@ -161,6 +165,11 @@ type Upstream struct {
 	SendPrincipal bool
 	Tools         []*Tool
 
+	// An HTTP API's (Endpoint.BaseURL set): how it takes a key ("" Header
+	// for none) and what its statuses mean.
+	KeyHeader KeyHeader
+	Signals   Signals
+
 	// written is env's and headers' values as the file gives them, a
 	// reference or literal: and the text, for the digest.
 	written struct{ env, headers map[string]string }
@@ -181,6 +190,13 @@ type Tool struct {
 	Bounds                 []Bound   // by pointer, then keyword
 	Targets                []Pointer // in file order
 	IsError                IsError
+
+	// An endpoint of an HTTP API: its description, its request, and its
+	// schemas as their files hold them (apiconfig.go).
+	Description   string
+	Route         *Route
+	Input, Output json.RawMessage
+	schemaFiles   [2]string // input's and output's, as the file names them
 }
 
 // Bound is one bound the input schema gets where it has none: Keyword
@@ -279,6 +295,14 @@ type upstreamBlock struct {
 	SendPrincipal  bool              `toml:"send_principal" wanted:"true or false"`
 	MaxResultBytes int64             `toml:"max_result_bytes" wanted:"an integer from 1 to 16777216"`
 	Tool           []toolBlock       `toml:"tool" wanted:"an array of [[upstream.NAME.tool]] tables"`
+
+	// An HTTP API (apiconfig.go).
+	BaseURL       string       `toml:"base_url" wanted:"a string, an https:// URL"`
+	Idempotency   *keyBlock    `toml:"idempotency" wanted:"a table, { header = \"Idempotency-Key\", format = \"token\", ttl = \"24h\" }"`
+	InFlight      *signalBlock `toml:"in_flight" wanted:"a table, { status = 409, problem_type = \"…\" }"`
+	KeyReused     *signalBlock `toml:"key_reused" wanted:"a table, { status = 422, problem_type = \"…\" }"`
+	NotRun        []int64      `toml:"not_run" wanted:"an array of HTTP statuses, such as [429, 503]"`
+	Credential403 bool         `toml:"credential_403" wanted:"true or false"`
 }
 
 type toolBlock struct {
@@ -291,6 +315,15 @@ type toolBlock struct {
 	Bounds                 map[string]boundBlock `toml:"bounds" wanted:"a table of \"/pointer\" = { max_length = N } entries"`
 	Targets                []string              `toml:"targets" wanted:"an array of strings, JSON pointers into the result"`
 	IsError                string                `toml:"is_error" wanted:"one of \"refused\" and \"unknown\""`
+
+	// An endpoint of an HTTP API (apiconfig.go).
+	Description  string            `toml:"description" wanted:"a string, the tool's description for agents"`
+	Method       string            `toml:"method" wanted:"one of \"GET\", \"POST\", \"PUT\", \"PATCH\" and \"DELETE\""`
+	Path         string            `toml:"path" wanted:"a string, a path template such as \"/v1/orders/{id}\""`
+	Query        map[string]string `toml:"query" wanted:"a table of name = \"/pointer\" entries"`
+	Body         map[string]string `toml:"body" wanted:"a table of member = \"/pointer\" entries"`
+	InputSchema  string            `toml:"input_schema" wanted:"a string, a JSON Schema file's path (relative to the file's directory)"`
+	OutputSchema string            `toml:"output_schema" wanted:"a string, a JSON Schema file's path (relative to the file's directory)"`
 }
 
 type boundBlock struct {
@@ -303,6 +336,11 @@ type boundBlock struct {
 // but reading: a caller that reloads keeps its old Config when Load
 // fails. An error never names the path.
 func Load(path string, opts LoadOptions) (*Config, error) {
+	if opts.Dir == "" {
+		if abs, err := filepath.Abs(path); err == nil {
+			opts.Dir = filepath.Dir(abs)
+		}
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("<upstreams> cannot be read: %w", pathless.Error(err))
@@ -391,32 +429,50 @@ func (d *doc) upstream(at path, name string, b *upstreamBlock, exports map[strin
 	}
 	u := &Upstream{Name: name, Line: d.lineOf(at), Endpoint: Endpoint{Name: name}}
 	e := &u.Endpoint
-	hasCommand, hasURL := d.has(at.key("command")), d.has(at.key("url"))
-	switch {
-	case hasCommand && hasURL:
-		d.fail(at.key(later(d, at.key("command"), at.key("url"))), "an upstream has exactly one of command and url; this one has both")
+	var given []string
+	for _, k := range []string{"command", "url", "base_url"} {
+		if d.has(at.key(k)) {
+			given = append(given, k)
+		}
+	}
+	switch len(given) {
+	case 0:
+		d.fail(at, "an upstream has exactly one of command (a stdio server), url (a Streamable HTTP server) and base_url (an HTTP API); this one has none")
 		return nil
-	case !hasCommand && !hasURL:
-		d.fail(at, "an upstream has exactly one of command (a stdio server) and url (a Streamable HTTP server); this one has neither")
+	case 1:
+	default:
+		d.fail(at.key(later(d, at.key(given[0]), at.key(given[1]))), "an upstream has exactly one of command, url and base_url; this one has %s and %s", given[0], given[1])
 		return nil
 	}
-	onlyFor := func(key, kind string) bool {
-		if d.has(at.key(key)) {
-			d.fail(at.key(key), "%s is for an upstream with %s", key, kind)
-			return false
+	onlyFor := func(kind string, keys ...string) bool {
+		for _, key := range keys {
+			if d.has(at.key(key)) {
+				d.fail(at.key(key), "%s is for an upstream with %s", key, kind)
+				return false
+			}
 		}
 		return true
 	}
-	if hasCommand {
-		if !onlyFor("headers", "a url") || !onlyFor("ca_file", "a url") || !onlyFor("allow_http", "a url") {
+	apiKeys := []string{"idempotency", "in_flight", "key_reused", "not_run", "credential_403"}
+	switch given[0] {
+	case "command":
+		if !onlyFor("a url or a base_url", "headers", "ca_file", "allow_http") || !onlyFor("a base_url", apiKeys...) {
 			return nil
 		}
 		d.command(at, b, u)
-	} else {
-		if !onlyFor("dir", "a command") || !onlyFor("env", "a command") {
+	case "url":
+		if !onlyFor("a command", "dir", "env") || !onlyFor("a base_url", apiKeys...) {
 			return nil
 		}
-		d.url(at, b, u)
+		d.url(at, "url", b.URL, b, u)
+	default:
+		if !onlyFor("a command", "dir", "env") || !onlyFor("a command or a url (an HTTP API takes its key in idempotency)", "keys", "key_argument", "key_meta", "send_principal") {
+			return nil
+		}
+		d.url(at, "base_url", b.BaseURL, b, u)
+		if d.err == nil {
+			d.api(at, b, u)
+		}
 	}
 	if d.err != nil {
 		return nil
@@ -506,7 +562,7 @@ func (d *doc) upstream(at path, name string, b *upstreamBlock, exports map[strin
 	seen := map[string]path{}
 	for i := range b.Tool {
 		tp := at.key("tool").index(i)
-		t := d.tool(tp, name, &b.Tool[i])
+		t := d.tool(tp, u, &b.Tool[i])
 		if d.err != nil {
 			return nil
 		}
@@ -590,13 +646,15 @@ func (d *doc) command(at path, b *upstreamBlock, u *Upstream) {
 	}
 }
 
-func (d *doc) url(at path, b *upstreamBlock, u *Upstream) {
+// url checks a Streamable HTTP server's url or an HTTP API's base_url
+// (key), raw, and the block's headers and TLS settings.
+func (d *doc) url(at path, key, raw string, b *upstreamBlock, u *Upstream) {
 	e := &u.Endpoint
-	p := at.key("url")
-	if !d.noRef(p, b.URL) {
+	p := at.key(key)
+	if !d.noRef(p, raw) {
 		return
 	}
-	pu, err := url.Parse(b.URL)
+	pu, err := url.Parse(raw)
 	switch {
 	case err != nil || pu.Host == "" || pu.Opaque != "" || (pu.Scheme != "https" && pu.Scheme != "http"):
 		d.fail(p, "an absolute https:// URL is wanted")
@@ -604,8 +662,11 @@ func (d *doc) url(at path, b *upstreamBlock, u *Upstream) {
 	case pu.User != nil:
 		d.fail(p, "a URL holds no user or password: credentials go in headers, as references")
 		return
-	case pu.Fragment != "" || strings.Contains(b.URL, "#"):
+	case pu.Fragment != "" || strings.Contains(raw, "#"):
 		d.fail(p, "a URL has no fragment")
+		return
+	case key == "base_url" && (pu.RawQuery != "" || strings.Contains(raw, "?")):
+		d.fail(p, "a base URL has no query: each tool's query table says its parameters")
 		return
 	case pu.Scheme == "https" && b.AllowHTTP:
 		d.fail(at.key("allow_http"), "allow_http is for an http:// URL")
@@ -614,7 +675,11 @@ func (d *doc) url(at path, b *upstreamBlock, u *Upstream) {
 		d.fail(p, "plain http:// is allowed only to a loopback host unless allow_http = true; use https://")
 		return
 	}
-	e.URL = b.URL
+	if key == "base_url" {
+		e.BaseURL = raw
+	} else {
+		e.URL = raw
+	}
 	e.AllowHTTP = b.AllowHTTP
 	if d.has(at.key("ca_file")) {
 		if !d.noRef(at.key("ca_file"), b.CAFile) {
@@ -673,7 +738,8 @@ func (d *doc) secret(e *Endpoint, v value) {
 	e.Secrets = append(e.Secrets, *v.secret)
 }
 
-func (d *doc) tool(at path, upstream string, b *toolBlock) *Tool {
+func (d *doc) tool(at path, u *Upstream, b *toolBlock) *Tool {
+	upstream := u.Name
 	t := &Tool{Line: d.lineOf(at), IsError: IsErrorRefused}
 	if !d.has(at.key("name")) || !toolName.MatchString(b.Name) {
 		d.fail(at.key("name"), "a tool needs name, the upstream's name of the tool: 1 to 128 letters, digits, _, . and -")
@@ -702,61 +768,26 @@ func (d *doc) tool(at path, upstream string, b *toolBlock) *Tool {
 		d.fail(at.key("kind"), `one of "read", "write" and "destructive" is wanted`)
 		return nil
 	}
-	if !d.has(at.key("pin")) {
-		d.fail(at, "the tool has no pin: set pin to the digest that writerd upstream inspect prints for its definition")
-		return nil
+	if u.Endpoint.BaseURL != "" {
+		if !d.endpointTool(at, u, b, t) {
+			return nil
+		}
+	} else {
+		for _, k := range endpointKeys {
+			if d.has(at.key(k)) {
+				d.fail(at.key(k), "%s is for a tool of an upstream with a base_url (an HTTP API)", k)
+				return nil
+			}
+		}
+		if !d.mcpTool(at, b, t) {
+			return nil
+		}
 	}
-	if !pinFormat.MatchString(b.Pin) {
-		d.fail(at.key("pin"), `a pin is "sha256:" and 64 lower-case hex digits, as writerd upstream inspect prints it`)
-		return nil
-	}
-	t.Pin = b.Pin
-	if b.ReadDespiteAnnotations && t.Kind != KindRead {
-		d.fail(at.key("read_despite_annotations"), `read_despite_annotations is for a tool of kind "read"`)
-		return nil
-	}
-	t.ReadDespiteAnnotations = b.ReadDespiteAnnotations
 	if b.Idempotent && t.Kind == KindRead {
 		d.fail(at.key("idempotent"), `idempotent is for a tool of kind "write" or "destructive"`)
 		return nil
 	}
 	t.Idempotent = b.Idempotent
-	if d.has(at.key("is_error")) {
-		switch v := IsError(b.IsError); v {
-		case IsErrorRefused, IsErrorUnknown:
-			t.IsError = v
-		default:
-			d.fail(at.key("is_error"), `one of "refused" and "unknown" is wanted`)
-			return nil
-		}
-	}
-	for _, ptr := range sortedKeys(b.Bounds) {
-		bp := at.key("bounds").key(ptr)
-		if _, ok := parsePointer(ptr); !ok || ptr == "" {
-			d.fail(bp, `a bound's key is a JSON pointer into the input schema, such as "/properties/title"`)
-			return nil
-		}
-		bb := b.Bounds[ptr]
-		n := 0
-		for _, kw := range []struct {
-			key, keyword string
-			v            int64
-		}{{"max_length", "maxLength", bb.MaxLength}, {"max_items", "maxItems", bb.MaxItems}, {"max_properties", "maxProperties", bb.MaxProperties}} {
-			if !d.has(bp.key(kw.key)) {
-				continue
-			}
-			if kw.v < 0 || kw.v > maxBound {
-				d.fail(bp.key(kw.key), "an integer from 0 to 16777216 is wanted")
-				return nil
-			}
-			t.Bounds = append(t.Bounds, Bound{Pointer: ptr, Keyword: kw.keyword, Max: int(kw.v)})
-			n++
-		}
-		if n == 0 {
-			d.fail(bp, "a bound sets at least one of max_length, max_items and max_properties")
-			return nil
-		}
-	}
 	if len(b.Targets) > maxTargets {
 		d.fail(at.key("targets"), "a tool has at most 16 targets")
 		return nil
@@ -770,6 +801,61 @@ func (d *doc) tool(at path, upstream string, b *toolBlock) *Tool {
 		t.Targets = append(t.Targets, Pointer{text: s, tokens: tokens})
 	}
 	return t
+}
+
+// mcpTool checks the keys of a tool of an MCP upstream.
+func (d *doc) mcpTool(at path, b *toolBlock, t *Tool) bool {
+	if !d.has(at.key("pin")) {
+		d.fail(at, "the tool has no pin: set pin to the digest that writerd upstream inspect prints for its definition")
+		return false
+	}
+	if !pinFormat.MatchString(b.Pin) {
+		d.fail(at.key("pin"), `a pin is "sha256:" and 64 lower-case hex digits, as writerd upstream inspect prints it`)
+		return false
+	}
+	t.Pin = b.Pin
+	if b.ReadDespiteAnnotations && t.Kind != KindRead {
+		d.fail(at.key("read_despite_annotations"), `read_despite_annotations is for a tool of kind "read"`)
+		return false
+	}
+	t.ReadDespiteAnnotations = b.ReadDespiteAnnotations
+	if d.has(at.key("is_error")) {
+		switch v := IsError(b.IsError); v {
+		case IsErrorRefused, IsErrorUnknown:
+			t.IsError = v
+		default:
+			d.fail(at.key("is_error"), `one of "refused" and "unknown" is wanted`)
+			return false
+		}
+	}
+	for _, ptr := range sortedKeys(b.Bounds) {
+		bp := at.key("bounds").key(ptr)
+		if _, ok := parsePointer(ptr); !ok || ptr == "" {
+			d.fail(bp, `a bound's key is a JSON pointer into the input schema, such as "/properties/title"`)
+			return false
+		}
+		bb := b.Bounds[ptr]
+		n := 0
+		for _, kw := range []struct {
+			key, keyword string
+			v            int64
+		}{{"max_length", "maxLength", bb.MaxLength}, {"max_items", "maxItems", bb.MaxItems}, {"max_properties", "maxProperties", bb.MaxProperties}} {
+			if !d.has(bp.key(kw.key)) {
+				continue
+			}
+			if kw.v < 0 || kw.v > maxBound {
+				d.fail(bp.key(kw.key), "an integer from 0 to 16777216 is wanted")
+				return false
+			}
+			t.Bounds = append(t.Bounds, Bound{Pointer: ptr, Keyword: kw.keyword, Max: int(kw.v)})
+			n++
+		}
+		if n == 0 {
+			d.fail(bp, "a bound sets at least one of max_length, max_items and max_properties")
+			return false
+		}
+	}
+	return true
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -804,6 +890,7 @@ type canonicalUpstream struct {
 	SendPrincipal  bool              `json:"send_principal"`
 	MaxResultBytes int               `json:"max_result_bytes"`
 	Tools          []canonicalTool   `json:"tools"`
+	API            *canonicalAPI     `json:"api,omitempty"` // an HTTP API's (apiconfig.go)
 }
 
 type canonicalTool struct {
@@ -832,6 +919,7 @@ func digestOf(c *Config) string {
 			MaxResultBytes: e.MaxResultBytes, Tools: []canonicalTool{},
 		}
 		cu.Env, cu.Headers = u.written.env, u.written.headers
+		cu.API = canonicalAPIOf(u)
 		for _, t := range u.Tools {
 			ct := canonicalTool{
 				Name: t.Name, Export: t.Export, Kind: t.Kind, Pin: t.Pin,

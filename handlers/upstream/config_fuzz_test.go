@@ -24,7 +24,15 @@ func fuzzOptions(env, file string) upstream.LoadOptions {
 		Lease:      2 * time.Minute,
 		MaxTimeout: 50 * time.Second,
 		Getenv:     func(string) (string, bool) { return env, true },
-		ReadFile:   func(string) ([]byte, error) { return []byte(file + "\n"), nil },
+		ReadFile: func(path string) ([]byte, error) {
+			switch {
+			case strings.HasSuffix(path, ".in.json"):
+				return []byte(refundIn), nil
+			case strings.HasSuffix(path, ".json"):
+				return []byte(refundOut), nil
+			}
+			return []byte(file + "\n"), nil
+		},
 	}
 }
 
@@ -34,7 +42,8 @@ var sentence = regexp.MustCompile(`^<upstreams>( line [1-9][0-9]*)?: [^\n]+\.$`)
 // panics; a refusal is a *ConfigError whose message is one sentence of
 // writerd's naming the file <upstreams>, never go-toml's text, never a
 // secret; a loaded config has unique exported names, exactly one of
-// command and url per upstream, a child environment of its env alone, and
+// command, url and base_url per upstream, a pin on each MCP tool and a
+// route on each endpoint, a child environment of its env alone, and
 // a digest that its secrets' values do not change.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(every))
@@ -42,6 +51,8 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(tc.file))
 	}
 	f.Add([]byte("[upstream.a]\nurl = \"https://a.example/\"\nheaders = { Authorization = \"env:X\", Cookie = \"file:/c\" }\n"))
+	f.Add([]byte(apiGood))
+	f.Add([]byte(strings.ReplaceAll(apiGood, "schemas/", "")))
 	f.Add([]byte("[[upstream]]\n[[upstream.a]]\nupstream.a.tool = [{ name = \"x\" }]\n"))
 	f.Add([]byte("upstream = { a = { command = [\"/x\"], env = { K = \"env:K\" }, tool = [{ name = \"t\", kind = \"read\", pin = \"" + pin1 + "\" }] } }\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -62,8 +73,8 @@ func FuzzParse(f *testing.F) {
 		exports := map[string]bool{}
 		for _, u := range c.Upstreams {
 			e := u.Endpoint
-			if (len(e.Command) > 0) == (e.URL != "") {
-				t.Fatalf("upstream %s has command %q and url %q", u.Name, e.Command, e.URL)
+			if n := btoi(len(e.Command) > 0) + btoi(e.URL != "") + btoi(e.BaseURL != ""); n != 1 {
+				t.Fatalf("upstream %s has command %q, url %q and base_url %q", u.Name, e.Command, e.URL, e.BaseURL)
 			}
 			if len(e.Command) > 0 && e.Env == nil {
 				t.Fatalf("upstream %s: a nil environment would be writerd's own", u.Name)
@@ -86,7 +97,8 @@ func FuzzParse(f *testing.F) {
 					t.Fatalf("the exported name %q twice", tool.Export)
 				}
 				exports[tool.Export] = true
-				if tool.Kind == "" || !strings.HasPrefix(tool.Pin, "sha256:") {
+				api := e.BaseURL != ""
+				if tool.Kind == "" || api == strings.HasPrefix(tool.Pin, "sha256:") || api != (tool.Route != nil) {
 					t.Fatalf("tool %+v", tool)
 				}
 			}
@@ -101,4 +113,11 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("two loads differing only in their secrets' values have digests %s and %s", c.Digest(), again.Digest())
 		}
 	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
