@@ -32,9 +32,10 @@ const (
 // keeps its bytes: its leaf in the tree does not change. DecodeEvent
 // reads formats 1 to Format and refuses a later one with a FormatError,
 // so that an earlier writerd never lists a newer log's events with
-// members it does not know dropped; Verify reads no event's members
+// members it does not know dropped (format 3 added upstream's method,
+// path and http_status, for HTTP APIs); Verify reads no event's members
 // (the tree is over the stored bytes), so it checks a log of any format.
-const Format = 2
+const Format = 3
 
 // FormatError is DecodeEvent's refusal of an event of a format later
 // than Format: written by a newer writerd.
@@ -83,6 +84,13 @@ type Upstream struct {
 	// AnswerDigest is the SHA-256 of the answer's bytes as they arrived,
 	// hex-encoded, when one arrived.
 	AnswerDigest string `json:"answer_digest,omitempty"`
+
+	// An HTTP API's call (format 3): its method, its path template as
+	// the config writes it (never the expanded path, a query value, a
+	// header or the body), and the status of its answer when one came.
+	Method     string `json:"method,omitempty"`
+	Path       string `json:"path,omitempty"`
+	HTTPStatus int    `json:"http_status,omitempty"`
 }
 
 // Resolution is what a resolution event records of the unknown write it
@@ -157,6 +165,8 @@ func (e *Event) decode(b []byte) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("auditlog: decode event: %w", err)
+	case e.Format == 2 && e.Upstream != nil && (e.Upstream.Method != "" || e.Upstream.Path != "" || e.Upstream.HTTPStatus != 0):
+		return errors.New("auditlog: decode event: an upstream member of format 3 in an event of format 2")
 	case e.Format < 0 || e.Format == 1:
 		// Format 1 is written without the member; 0 and 1 are never
 		// written, so encoding them again would change the bytes.

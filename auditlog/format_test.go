@@ -76,7 +76,7 @@ func resolution(of *auditlog.Event) *auditlog.Event {
 
 // Ensure an event appended now says its format, and that its upstream
 // and resolves members come back whole from its stored bytes.
-func TestEvent_Format2Members(t *testing.T) {
+func TestEvent_FormatMembers(t *testing.T) {
 	e := upstreamEvent()
 	if err := e.Follow("", time.Time{}); err != nil {
 		t.Fatal(err)
@@ -87,7 +87,14 @@ func TestEvent_Format2Members(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Seq = 2
-	for _, ev := range []*auditlog.Event{e, r} {
+	api := upstreamEvent()
+	api.Upstream = &auditlog.Upstream{Name: "pay", Tool: "refund", Attempt: 1, End: "refused", DurationMS: 3.5,
+		Method: "POST", Path: "/orders/{order}/refunds", HTTPStatus: 404}
+	if err := api.Follow(r.ID, r.Time); err != nil {
+		t.Fatal(err)
+	}
+	api.Seq = 3
+	for _, ev := range []*auditlog.Event{e, r, api} {
 		if ev.Format != auditlog.Format {
 			t.Errorf("event %d: Follow left format %d, want %d", ev.Seq, ev.Format, auditlog.Format)
 		}
@@ -95,8 +102,8 @@ func TestEvent_Format2Members(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(c, []byte(`"format":2,`)) {
-			t.Errorf("event %d holds no format 2: %s", ev.Seq, c)
+		if !bytes.Contains(c, []byte(`"format":3,`)) {
+			t.Errorf("event %d holds no format 3: %s", ev.Seq, c)
 		}
 		back, err := auditlog.DecodeEvent(c)
 		if err != nil {
@@ -115,6 +122,10 @@ func TestEvent_Format2Members(t *testing.T) {
 			t.Errorf("the upstream event holds no %s: %s", m, c)
 		}
 	}
+	c, _ = api.Canonical()
+	if want := `"upstream":{"attempt":1,"duration_ms":3.5,"end":"refused","http_status":404,"method":"POST","name":"pay","path":"/orders/{order}/refunds","tool":"refund"}`; !bytes.Contains(c, []byte(want)) {
+		t.Errorf("the HTTP API's event holds no %s: %s", want, c)
+	}
 	c, _ = r.Canonical()
 	if want := `"resolves":{"event":"` + e.ID + `","finding":"applied","key":"ent-0001","principal":"ci-agent"}`; !bytes.Contains(c, []byte(want)) {
 		t.Errorf("the resolution holds no %s: %s", want, c)
@@ -125,10 +136,10 @@ func TestEvent_Format2Members(t *testing.T) {
 // page of the audit API, and that a member no format has is refused,
 // not dropped: nothing is listed with members missing.
 func TestDecodeEvent_RefusesWhatItCannotRead(t *testing.T) {
-	later := strings.Replace(format1Event, `"duration_ms":1.25,`, `"duration_ms":1.25,"format":3,"future":{"x":1},`, 1)
+	later := strings.Replace(format1Event, `"duration_ms":1.25,`, `"duration_ms":1.25,"format":4,"future":{"x":1},`, 1)
 	for name, b := range map[string]string{
 		"a later format":                  later,
-		"a later format, no new member":   strings.Replace(format1Event, `"duration_ms":1.25,`, `"duration_ms":1.25,"format":3,`, 1),
+		"a later format, no new member":   strings.Replace(format1Event, `"duration_ms":1.25,`, `"duration_ms":1.25,"format":4,`, 1),
 		"a later format in a page":        `{"events":[` + format1Event + `,` + later + `]}`,
 		"a later format in a page's list": `[` + later + `]`,
 	} {
@@ -145,17 +156,18 @@ func TestDecodeEvent_RefusesWhatItCannotRead(t *testing.T) {
 			_, err = auditlog.DecodeEvent([]byte(b))
 		}
 		var fe *auditlog.FormatError
-		if !errors.As(err, &fe) || fe.Seq != 1 || fe.Format != 3 {
-			t.Errorf("%s: %v, want a FormatError of event 1, format 3", name, err)
+		if !errors.As(err, &fe) || fe.Seq != 1 || fe.Format != 4 {
+			t.Errorf("%s: %v, want a FormatError of event 1, format 4", name, err)
 			continue
 		}
-		if msg := fe.Error(); !strings.Contains(msg, "event 1 is of format 3") || !strings.Contains(msg, "formats 1 to 2") {
+		if msg := fe.Error(); !strings.Contains(msg, "event 1 is of format 4") || !strings.Contains(msg, "formats 1 to 3") {
 			t.Errorf("%s: %q does not say which event, its format, and the formats read", name, msg)
 		}
 	}
 	for name, b := range map[string]string{
 		"an unknown member":              strings.Replace(format1Event, `"duration_ms":1.25,`, `"duration_ms":1.25,"future":1,`, 1),
 		"an unknown upstream member":     strings.Replace(format1Event, `"duration_ms":1.25,`, `"duration_ms":1.25,"format":2,"upstream":{"name":"m","secret":"x"},`, 1),
+		"a format 3 member in format 2":  strings.Replace(format1Event, `"duration_ms":1.25,`, `"duration_ms":1.25,"format":2,"upstream":{"attempt":1,"duration_ms":1,"end":"answered","method":"POST","name":"m","tool":"t"},`, 1),
 		"format 1 written out":           strings.Replace(format1Event, `"duration_ms":1.25,`, `"duration_ms":1.25,"format":1,`, 1),
 		"a negative format":              strings.Replace(format1Event, `"duration_ms":1.25,`, `"duration_ms":1.25,"format":-1,`, 1),
 		"a second value after the event": format1Event + `{}`,

@@ -164,6 +164,9 @@ type ExternalSpec struct {
 	// Upstream and UpstreamTool name the upstream and its own name of
 	// the tool, for the audit event.
 	Upstream, UpstreamTool string
+	// Method and Path are an HTTP API endpoint's method and path
+	// template, for its events ("" for an MCP server's tool).
+	Method, Path string
 	External               External
 	// Preview is what an unconfirmed destructive call shows: what would
 	// be sent, and to which upstream.
@@ -173,6 +176,7 @@ type ExternalSpec struct {
 // external is what a Tool keeps of its ExternalSpec.
 type external struct {
 	upstream, tool string
+	method, path   string
 	redrive        bool
 	ext            External
 }
@@ -244,7 +248,7 @@ func DefineExternal[D any](spec ExternalSpec) (*Tool[D], error) {
 			Scope:      spec.Scope, OpenWorld: true,
 			InputSchema: in, OutputSchema: spec.OutputSchema,
 		},
-		external: &external{upstream: spec.Upstream, tool: spec.UpstreamTool, redrive: spec.Redrive, ext: spec.External},
+		external: &external{upstream: spec.Upstream, tool: spec.UpstreamTool, method: spec.Method, path: spec.Path, redrive: spec.Redrive, ext: spec.External},
 	}
 	if spec.ReadOnly {
 		t.newInput = func() any { return new(readInput) }

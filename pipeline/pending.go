@@ -404,6 +404,7 @@ func (p *Pipeline[D]) complete(ctx context.Context, t *Tool[D], rec *idempotency
 			Name: t.external.upstream, Tool: t.external.tool, Attempt: rec.Attempt,
 			End: ans.End, DurationMS: float64(ans.Duration.Microseconds()) / 1000,
 			AnswerDigest: ans.AnswerDigest,
+			Method:       t.external.method, Path: t.external.path, HTTPStatus: ans.Status,
 		}
 		if err := tx.Audit().Append(ev); err != nil {
 			return err
@@ -572,6 +573,7 @@ func (p *Pipeline[D]) takeOver(ctx context.Context, old *idempotency.Record, all
 		ev.Upstream = &auditlog.Upstream{Attempt: mine.Attempt, End: EndTakenOver}
 		if x != nil {
 			ev.Upstream.Name, ev.Upstream.Tool = x.upstream, x.tool
+			ev.Upstream.Method, ev.Upstream.Path = x.method, x.path
 		}
 		if err := tx.Audit().Append(ev); err != nil {
 			return err

@@ -20,13 +20,13 @@ import (
 // formatLog is a log that mixes event formats, as a store an earlier
 // writerd wrote and this one went on with: two events of format 1 stored
 // as that writerd stored them (bolttest.AppendEarlier, or
-// pgtest.AppendEarlier on PostgreSQL), then, of format 2, a write to an
+// pgtest.AppendEarlier on PostgreSQL), then, of the current format, a write to an
 // upstream whose outcome is unknown, the operator's resolution of it, and
 // an ok write, all covered by a checkpoint.
 type formatLog struct {
 	store   testStore
 	earlier []string // the format-1 events' stored bytes
-	first   uint64   // the sequence number of the first format-2 event
+	first   uint64   // the sequence number of the first event of the current format
 }
 
 func mustFormatLog(t testing.TB, kind storeKind) formatLog {
@@ -143,7 +143,7 @@ func testAuditEventFormats(t *testing.T, kind storeKind) {
 		}
 	}
 	for _, line := range lines[l.first-1:] {
-		if !strings.Contains(line, `"format":2,`) {
+		if !strings.Contains(line, `"format":3,`) {
 			t.Errorf("an event appended now is listed without its format: %s", line)
 		}
 	}
@@ -188,7 +188,7 @@ func testAuditEventFormats(t *testing.T, kind storeKind) {
 	}
 	up := show(strconv.FormatUint(upstreamSeq, 10))
 	for _, want := range []string{
-		"outcome:          unknown\n", "format:           2\n",
+		"outcome:          unknown\n", "format:           3\n",
 		"upstream:         name memory\n                  tool create_entities\n                  attempt 2\n                  end timeout\n" +
 			"                  duration_ms 30000.5\n                  answer_digest " + strings.Repeat("0f", 32) + "\n",
 	} {
@@ -253,14 +253,14 @@ func TestAudit_LaterFormat(t *testing.T) {
 	if err := json.Unmarshal([]byte(last), &prev); err != nil {
 		t.Fatal(err)
 	}
-	later := strings.NewReplacer(`"format":2,`, `"format":3,"future":{"x":1},`,
+	later := strings.NewReplacer(`"format":3,`, `"format":4,"future":{"x":1},`,
 		`"seq":`+strconv.FormatUint(seq-1, 10)+`,`, `"seq":`+strconv.FormatUint(seq, 10)+`,`,
 		prev.ID, prev.ID[:10]+"ZZZZZZZZZZZZZZZZ").Replace(last)
 	bolttest.Update(t, s.Dir, func(tx bolttest.Tx) error {
 		tx.AppendCanonical(t, []byte(later))
 		return nil
 	})
-	says := "event " + strconv.FormatUint(seq, 10) + " is of format 3, which this writerd does not read (it reads event formats 1 to 2): read the log with a writerd of that format or later; writerd audit verify checks the log meanwhile\n"
+	says := "event " + strconv.FormatUint(seq, 10) + " is of format 4, which this writerd does not read (it reads event formats 1 to 3): read the log with a writerd of that format or later; writerd audit verify checks the log meanwhile\n"
 	for _, args := range [][]string{{"list"}, {"list", "-o", "jsonl"}, {"show", strconv.FormatUint(seq, 10)}, {"tail"}} {
 		r := mustAudit(t, nil, append(args, s.auditFlags()...)...)
 		if r.code != 1 || r.stderr != "writerd: "+says {

@@ -225,6 +225,13 @@ func (c *auditShow) writeTable(p *auditapi.ProvenEvent, in shownInclusion) error
 			[]string{"", "duration_ms " + strconv.FormatFloat(u.DurationMS, 'f', -1, 64)},
 			[]string{"", "answer_digest " + cell(u.AnswerDigest)},
 		)
+		if u.Method != "" {
+			rows = append(rows,
+				[]string{"", "method " + cell(u.Method)},
+				[]string{"", "path " + cell(u.Path)},
+				[]string{"", "http_status " + strconv.Itoa(u.HTTPStatus)},
+			)
+		}
 	}
 	if r := e.Resolves; r != nil {
 		rows = append(rows,

@@ -152,7 +152,7 @@ func TestUpstream_ServeStdio(t *testing.T) {
 	s := MustOpenStore(t, d.store)
 	evs := s.eventsFor("up-key-0001")
 	if len(evs) != 1 || evs[0].Outcome != auditlog.OK || evs[0].Upstream == nil || evs[0].Upstream.Name != "tracker" || evs[0].Format != auditlog.Format {
-		t.Fatalf("events %+v: want one ok event of format 2 naming the upstream", evs)
+		t.Fatalf("events %+v: want one ok event of the current format naming the upstream", evs)
 	}
 	var events strings.Builder
 	for _, ev := range s.events() {

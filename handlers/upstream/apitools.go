@@ -77,6 +77,7 @@ func defineEndpoint[D any](name string, t *EndpointTool, o APIOptions) (*pipelin
 		InputSchema: t.Input, OutputSchema: t.Output, Scope: o.Scope,
 		Redrive:  t.Kind != KindRead && (o.API.Keyed() || t.Idempotent),
 		Upstream: name, UpstreamTool: t.Name, External: x,
+		Method: t.Route.Method, Path: t.Route.Path.String(),
 	}
 	if spec.Destructive {
 		spec.Preview = func(args json.RawMessage) any {

@@ -40,7 +40,7 @@ func TestFormat_LaterFormatRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	later := fmt.Sprintf(`{"digest":"ab","duration_ms":0,"format":3,"future":{"x":1},"id":"%s","idempotency_key":"key-2","outcome":"ok","principal":"alice","request_id":"r-2","seq":2,"targets":[],"time":"%s","tool":"create_project","transport":"go"}`,
+	later := fmt.Sprintf(`{"digest":"ab","duration_ms":0,"format":4,"future":{"x":1},"id":"%s","idempotency_key":"key-2","outcome":"ok","principal":"alice","request_id":"r-2","seq":2,"targets":[],"time":"%s","tool":"create_project","transport":"go"}`,
 		first.ID[:25]+"Z", first.Time.Format(time.RFC3339Nano))
 	bolttest.Update(t, dir, func(tx bolttest.Tx) error {
 		tx.AppendCanonical(t, []byte(later))
@@ -64,7 +64,7 @@ func TestFormat_LaterFormatRefused(t *testing.T) {
 	client := auditapi.NewClient(base, "")
 	defer client.Close()
 
-	const says = "event 2 is of format 3, which this writerd does not read (it reads event formats 1 to 2)"
+	const says = "event 2 is of format 4, which this writerd does not read (it reads event formats 1 to 3)"
 	_, _, err = local.List(context.Background(), auditlog.Filter{}, 0, 10)
 	var fe *auditlog.FormatError
 	if !errors.As(err, &fe) || fe.Seq != 2 || fe.Format != 3 {

@@ -100,6 +100,12 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request, s *session) {
 			member{Name: "upstream.end", Value: u.End},
 			member{Name: "upstream.duration_ms", Value: strconv.FormatFloat(u.DurationMS, 'f', -1, 64)},
 			member{Name: "upstream.answer_digest", Value: u.AnswerDigest})
+		if u.Method != "" {
+			page.Members = append(page.Members,
+				member{Name: "upstream.method", Value: u.Method},
+				member{Name: "upstream.path", Value: u.Path},
+				member{Name: "upstream.http_status", Value: strconv.Itoa(u.HTTPStatus)})
+		}
 	}
 	if res := e.Resolves; res != nil {
 		link := ""

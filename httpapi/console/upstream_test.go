@@ -65,7 +65,7 @@ func TestEvent_UpstreamAndResolution(t *testing.T) {
 	p := b.Get("/ui/events/" + seq)
 	mustPage(t, p, http.StatusOK, "event")
 	for name, want := range map[string]string{
-		"outcome": "unknown", "code": `<a href="/ui/events?code=OUTCOME_UNKNOWN">OUTCOME_UNKNOWN</a>`, "format": "2",
+		"outcome": "unknown", "code": `<a href="/ui/events?code=OUTCOME_UNKNOWN">OUTCOME_UNKNOWN</a>`, "format": "3",
 		"upstream.name": "memory", "upstream.tool": "create_entities", "upstream.attempt": "2", "upstream.end": "timeout",
 		"upstream.duration_ms": "30000.5", "upstream.answer_digest": strings.Repeat("0f", 32),
 	} {
@@ -87,7 +87,7 @@ func TestEvent_UpstreamAndResolution(t *testing.T) {
 		"resolves.principal": `<a href="/ui/events?principal=bob">bob</a>`,
 		"resolves.key":       `<a href="/ui/events?key=key-bob-up-1">key-bob-up-1</a>`,
 		"resolves.finding":   "applied",
-		"format":             "2",
+		"format":             "3",
 	} {
 		if got := member(t, p.Body, name); got != want {
 			t.Errorf("the resolution: %s is %q, want %q", name, got, want)
@@ -159,7 +159,7 @@ func TestEvent_Format1(t *testing.T) {
 	log := auditapi.Local{Log: pipeline.AuditStorage[handlers.Store](st)}
 	b := newBrowser(t, serveConsole(t, console.Config{Log: log, VerifierKey: func() string { return key.VerifierKey }, SignIn: allow}))
 	b.SignIn("t")
-	for seq, want := range map[string]string{"1": "1", "2": "2"} {
+	for seq, want := range map[string]string{"1": "1", "2": "3"} {
 		p := b.Get("/ui/events/" + seq)
 		if got := member(t, p.Body, "format"); got != want {
 			t.Errorf("event %s: format %q, want %s", seq, got, want)

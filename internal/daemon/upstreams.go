@@ -42,7 +42,8 @@ type upstreams struct {
 type link struct {
 	us      *upstreams
 	u       *upstream.Upstream
-	c       *upstream.Client
+	c       *upstream.Client // an MCP server's; nil for an HTTP API
+	api     *upstream.API    // an HTTP API's; nil for an MCP server
 	slots   upstream.Slots
 	exports *upstream.Exports
 	first   chan struct{} // closed at its first listing applied
@@ -163,6 +164,18 @@ func (us *upstreams) start(ups []*upstream.Upstream) ([]*link, error) {
 			us: us, u: u, slots: upstream.NewSlots(u.MaxConcurrent), exports: upstream.NewExports(nil),
 			first: make(chan struct{}), served: map[string]*pipeline.Tool[handlers.Store]{}, state: map[string]string{},
 		}
+		if u.Endpoint.BaseURL != "" {
+			api, err := upstream.NewAPI(u.Endpoint, u.KeyHeader, u.Signals)
+			if err != nil {
+				for _, s := range links {
+					s.close()
+				}
+				return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
+			}
+			l.api = api
+			links = append(links, l)
+			continue
+		}
 		l.c = upstream.NewClient(u.Endpoint, upstream.ClientOptions{
 			Logger:  us.log,
 			OnTools: l.listed,
@@ -170,7 +183,7 @@ func (us *upstreams) start(ups []*upstream.Upstream) ([]*link, error) {
 		})
 		if err := l.c.Start(us.ctx); err != nil {
 			for _, s := range links {
-				s.c.Close()
+				s.close()
 			}
 			return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
 		}
@@ -210,14 +223,58 @@ func (l *link) listed(defs []*mcp.Tool) {
 	}
 }
 
-// activate applies the latest listing, and every later one.
+// activate applies the latest listing, and every later one; an HTTP
+// API, which lists nothing, has its endpoints served at once.
 func (l *link) activate() {
+	if l.api != nil {
+		l.serveEndpoints()
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.active = true
 	if l.last != nil {
 		l.apply()
 	}
+}
+
+// serveEndpoints defines and registers each endpoint of an HTTP API:
+// its definition is the file's, loaded and checked (a block that loads
+// is a tool that serves), so there is no listing to wait for. It has no
+// session either: it counts as up, each call finding for itself whether
+// the API answers.
+func (l *link) serveEndpoints() {
+	us, u := l.us, l.u
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.active = true
+	for _, t := range u.Tools {
+		tool, err := upstream.DefineEndpoint[handlers.Store](u.Name, t.EndpointTool(), upstream.APIOptions{
+			API: l.api, Slots: l.slots, Metrics: us.m, Logger: us.log, Scope: u.Scope,
+		})
+		if err == nil {
+			err = us.p.Register(tool)
+		}
+		if err != nil {
+			us.log.Error("an upstream's tool is not served", "upstream", u.Name, "tool", t.Name, "export", t.Export, "cause", err.Error())
+			continue
+		}
+		l.served[t.Name] = tool
+	}
+	us.m.Up(u.Name, true)
+	us.mu.Lock()
+	l.up = true
+	us.mu.Unlock()
+	l.once.Do(func() { close(l.first) })
+}
+
+// close ends l's session, or an HTTP API's idle connections.
+func (l *link) close() {
+	if l.api != nil {
+		l.api.Close()
+		return
+	}
+	l.c.Close()
 }
 
 // apply checks every pin against the latest listing: a served tool
@@ -292,7 +349,7 @@ func (l *link) remove() {
 	l.served = map[string]*pipeline.Tool[handlers.Store]{}
 	l.mu.Unlock()
 	l.us.p.Unregister(names...)
-	l.c.Close()
+	l.close()
 }
 
 // reload puts cfg in force in place of the config loaded before, all or
@@ -417,7 +474,7 @@ func (us *upstreams) close() {
 	links := us.links
 	us.mu.Unlock()
 	for _, l := range links {
-		l.c.Close()
+		l.close()
 	}
 }
 

@@ -465,7 +465,7 @@ func testEventFormat(t *testing.T, b Backend) {
 			if err != nil {
 				return err
 			}
-			if !bytes.Equal(leaf, c) || !bytes.Contains(leaf, []byte(`"format":2,`)) {
+			if !bytes.Equal(leaf, c) || !bytes.Contains(leaf, []byte(`"format":3,`)) {
 				t.Errorf("event %d is stored as\n%s\nwant\n%s", want.Seq, leaf, c)
 			}
 			bySeq, err := auditlog.Get(log, want.Seq)
