@@ -167,7 +167,7 @@ type ExternalSpec struct {
 	// Method and Path are an HTTP API endpoint's method and path
 	// template, for its events ("" for an MCP server's tool).
 	Method, Path string
-	External               External
+	External     External
 	// Preview is what an unconfirmed destructive call shows: what would
 	// be sent, and to which upstream.
 	Preview func(args json.RawMessage) any
