@@ -1,0 +1,217 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/writerd/writerd/auditlog"
+	"github.com/writerd/writerd/handlers/upstream/upstreamtest/apitest"
+)
+
+// The schemas of the tests' endpoints of the fake HTTP API, as an
+// operator writes them beside the upstreams file.
+var apiSchemas = map[string]string{
+	"ticket.in.json": `{"type": "object",
+  "properties": {
+    "title": {"type": "string", "maxLength": 200},
+    "priority": {"type": "string", "enum": ["low", "normal", "high"]}
+  },
+  "required": ["title"]}`,
+	"ticket.out.json": `{"type": "object",
+  "properties": {
+    "ticket": {"type": "object", "properties": {"id": {"type": "string"}, "title": {"type": "string"}, "priority": {"type": "string"}, "status": {"type": "string"}}, "required": ["id"]}
+  },
+  "required": ["ticket"]}`,
+	"comment.in.json": `{"type": "object",
+  "properties": {"id": {"type": "string", "maxLength": 64}, "text": {"type": "string", "maxLength": 500}},
+  "required": ["id", "text"]}`,
+	"comment.out.json": `{"type": "object", "properties": {"accepted": {"type": "boolean"}, "comment_id": {"type": "string"}}, "required": ["accepted"]}`,
+	"delete.in.json":   `{"type": "object", "properties": {"id": {"type": "string", "maxLength": 64}}, "required": ["id"]}`,
+	"delete.out.json":  `{"type": "object"}`,
+}
+
+// apiUpstream is the fake HTTP API (a process of its own) as a block of
+// an upstreams file: its tools create_ticket, comment and delete_ticket.
+type apiUpstream struct {
+	srv  *apitest.Server
+	file string // the upstreams file, the schemas beside it
+}
+
+// newAPIUpstream starts a fake API and writes its block; extra goes in
+// the [upstream.tracker] table (idempotency and signals, say).
+func newAPIUpstream(t *testing.T, opts apitest.Options, extra string) *apiUpstream {
+	t.Helper()
+	a := &apiUpstream{srv: apitest.StartAPI(t, opts)}
+	dir := t.TempDir()
+	for name, text := range apiSchemas {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := fmt.Sprintf(`# the tests' fake HTTP API
+[upstream.tracker]
+base_url = %q
+headers = { Authorization = "env:WRITERD_TEST_TRACKER_SECRET" }
+timeout = "5s"
+%s
+
+[[upstream.tracker.tool]]
+name = "create_ticket"
+kind = "write"
+description = "Opens a ticket."
+method = "POST"
+path = "/tickets"
+body = { title = "/title", priority = "/priority" }
+input_schema = "ticket.in.json"
+output_schema = "ticket.out.json"
+targets = ["/ticket/id"]
+
+[[upstream.tracker.tool]]
+name = "comment"
+kind = "write"
+method = "POST"
+path = "/tickets/{id}/comments"
+body = { text = "/text" }
+input_schema = "comment.in.json"
+output_schema = "comment.out.json"
+
+[[upstream.tracker.tool]]
+name = "delete_ticket"
+kind = "destructive"
+method = "DELETE"
+path = "/tickets/{id}"
+input_schema = "delete.in.json"
+output_schema = "delete.out.json"
+`, a.srv.URL+"/v1", extra)
+	a.file = filepath.Join(dir, "upstreams.toml")
+	if err := os.WriteFile(a.file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (a *apiUpstream) entries(t *testing.T) []apitest.Entry {
+	t.Helper()
+	es, err := apitest.ReadLedger(a.srv.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// apiKeyed is the block's keys as the fake takes them.
+const apiKeyed = `idempotency = { header = "Idempotency-Key" }
+in_flight = { status = 409, problem_type = "` + apitest.ProblemInFlight + `" }
+key_reused = { status = 422, problem_type = "` + apitest.ProblemKeyReused + `" }`
+
+// Ensure writerd serve serves an HTTP API's endpoints as tools, through a
+// real MCP client and a fake API of its own process: offered with
+// writerd's key; run once, its retry replayed without a second execution,
+// under a 43-character key in the Idempotency-Key header; the result
+// without the members its output schema does not name; a 404 refused
+// naming its status and not its body; a 204 the result {}; one event
+// each with the method, the path template and the status, never the
+// expanded path; and that neither the header's secret nor the API's text
+// is in a log line (debug included), a frame or an event.
+func TestUpstreamAPI_Serve(t *testing.T) {
+	t.Parallel() // its own processes and directories; mostly waiting on them
+	a := newAPIUpstream(t, apitest.Options{}, apiKeyed)
+	d := mustStartWith(t, daemonConfig{
+		args: []string{"--upstreams", a.file, "--log-level", "debug"},
+		env:  []string{"WRITERD_TEST_TRACKER_SECRET=" + upstreamSecret},
+	})
+	list, err := d.session.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offered := map[string]*sdk.Tool{}
+	for _, tool := range list.Tools {
+		offered[tool.Name] = tool
+	}
+	create := offered["tracker_create_ticket"]
+	if create == nil || offered["tracker_comment"] == nil || offered["tracker_delete_ticket"] == nil {
+		t.Fatalf("tools/list offers %v\nstderr:\n%s", list.Tools, d.stderr)
+	}
+	if schema, _ := json.Marshal(create.InputSchema); !strings.Contains(string(schema), `"idempotency_key"`) || !strings.Contains(string(schema), `"additionalProperties":false`) {
+		t.Errorf("the offered schema %s: want writerd's idempotency_key, closed", schema)
+	}
+	if !strings.HasPrefix(create.Description, "Opens a ticket.") {
+		t.Errorf("description %q, want the block's", create.Description)
+	}
+
+	args := `{"idempotency_key":"api-key-0001","title":"Printer jam","priority":"high"}`
+	first := mustSucceed(t, d.Call("tracker_create_ticket", args))
+	mustSucceed(t, d.Call("tracker_create_ticket", args))
+	raw := d.rawResults()
+	if len(raw) != 2 || string(raw[0]) != string(raw[1]) {
+		t.Fatalf("results %s: want the retry byte for byte the first", raw)
+	}
+	if _, ok := first["note"]; ok {
+		t.Errorf("the result %v holds a member its output schema does not name", first)
+	}
+	ticket, _ := first["ticket"].(map[string]any)
+	id, _ := ticket["id"].(string)
+	es := a.entries(t)
+	if len(es) != 1 || len(es[0].Key) != 43 || es[0].Route != "POST /v1/tickets" {
+		t.Fatalf("ledger %+v: want one execution under a 43-character key", es)
+	}
+
+	refused := mustFail(t, d.Call("tracker_comment", `{"idempotency_key":"api-key-0002","id":"T-404","text":"hello"}`), "UPSTREAM_REFUSED")
+	if !strings.Contains(refused.Error.Message, "HTTP 404") {
+		t.Errorf("the refusal %q does not name the status", refused.Error.Message)
+	}
+	accepted := mustSucceed(t, d.Call("tracker_comment", `{"idempotency_key":"api-key-0003","id":"`+id+`","text":"hello"}`))
+	if accepted["accepted"] != true {
+		t.Errorf("comment result %v", accepted)
+	}
+	mustFail(t, d.Call("tracker_delete_ticket", `{"idempotency_key":"api-key-0004","id":"`+id+`"}`), "CONFIRMATION_REQUIRED")
+	if n := len(a.entries(t)); n != 2 {
+		t.Fatalf("%d executions after the preview, want 2: a preview reached the API", n)
+	}
+	deleted := mustSucceed(t, d.Call("tracker_delete_ticket", `{"idempotency_key":"api-key-0004","id":"`+id+`","confirm":true}`))
+	if len(deleted) != 0 {
+		t.Errorf("a 204's result is %v, want {}", deleted)
+	}
+	d.Stop()
+
+	s := MustOpenStore(t, d.store)
+	for _, want := range []struct {
+		key, outcome, end, path string
+		status                  int
+	}{
+		{"api-key-0001", auditlog.OK, "answered", "/tickets", 201},
+		{"api-key-0002", auditlog.Failed, "refused", "/tickets/{id}/comments", 404},
+		{"api-key-0003", auditlog.OK, "answered", "/tickets/{id}/comments", 202},
+		{"api-key-0004", auditlog.OK, "answered", "/tickets/{id}", 204},
+	} {
+		evs := s.eventsFor(want.key)
+		if len(evs) != 1 {
+			t.Fatalf("%s: %d events, want 1", want.key, len(evs))
+		}
+		u := evs[0].Upstream
+		if evs[0].Outcome != want.outcome || u == nil || u.Name != "tracker" || u.End != want.end || u.Path != want.path || u.HTTPStatus != want.status || u.Method == "" {
+			t.Errorf("%s: event %+v upstream %+v, want %s, end %s, path %s, status %d", want.key, evs[0], u, want.outcome, want.end, want.path, want.status)
+		}
+	}
+	var events strings.Builder
+	for _, ev := range s.events() {
+		b, _ := json.Marshal(ev)
+		events.Write(b)
+	}
+	for what, text := range map[string]string{"the log": d.stderr.String(), "the frames": d.wire.String(), "the events": events.String()} {
+		for _, secret := range []string{upstreamSecret, apitest.Secret, apitest.BodySecret, "Printer jam", "T-404/"} {
+			if secret == "Printer jam" && what == "the frames" {
+				continue // the caller's own arguments, and its result
+			}
+			if strings.Contains(text, secret) {
+				t.Errorf("%s hold %q", what, secret)
+			}
+		}
+	}
+}
