@@ -152,7 +152,7 @@ func (lt *liveTools) sync(p pipeline.Service) {
 	}
 	for name, t := range next.infos {
 		if old == nil || old.infos[name] != t {
-			srv.AddTool(toolOf(t), lt.handler)
+			srv.AddTool(ToolOf(t), lt.handler)
 		}
 	}
 	lt.cur.Store(next)
@@ -190,7 +190,9 @@ func protocolsFrom(min string) []string {
 	return vs
 }
 
-func toolOf(t *pipeline.ToolInfo) *sdk.Tool {
+// ToolOf is t as tools/list offers it: its schemas and writerd's
+// annotations (writerd upstream inspect prints it).
+func ToolOf(t *pipeline.ToolInfo) *sdk.Tool {
 	// writerd's own tools touch only its store; an upstream's reach a
 	// world writerd does not own.
 	openWorld := t.OpenWorld

@@ -70,6 +70,15 @@ func validateError(err error) *Error {
 // beyond the limit, numbers not finite, integers beyond ±(2^53−1), numbers
 // that underflow to zero, anything but one object or anything after it.
 // Memory grows only with the (already bounded) input.
+// CheckArguments runs the strict parse of args against t's input schema
+// under the default limits, as a call's stages 2 and 3 run it, and
+// nothing else: its error is the *Error a call would answer (writerd
+// upstream inspect checks an example with it).
+func (t *ToolInfo) CheckArguments(args []byte) error {
+	_, err := t.check(args, DefaultLimits)
+	return err
+}
+
 func (t *ToolInfo) check(args []byte, lim Limits) (digest.Args, error) {
 	if len(args) > lim.MaxBytes {
 		return digest.Args{}, rejection(InputTooLarge, "max_bytes", "The arguments are larger than %d bytes.", lim.MaxBytes)

@@ -215,3 +215,57 @@ func TestUpstreamAPI_Serve(t *testing.T) {
 		}
 	}
 }
+
+// Ensure writerd upstream inspect prints an HTTP API's endpoints as
+// tools/list offers them, and the request an example makes, its secret
+// header as its reference and its key as a placeholder, sending nothing;
+// an example the schema refuses, or a path argument that would leave its
+// segment, is refused with the call's sentence.
+func TestUpstreamAPI_Inspect(t *testing.T) {
+	a := newAPIUpstream(t, apitest.Options{}, apiKeyed)
+	t.Setenv("WRITERD_TEST_TRACKER_SECRET", upstreamSecret)
+	code, out, errs := runInspect(t, "--upstreams", a.file, "--name", "tracker")
+	if code != 0 {
+		t.Fatalf("inspect: %d\n%s", code, errs)
+	}
+	for _, want := range []string{`"name": "tracker_create_ticket"`, `"name": "tracker_comment"`, `"name": "tracker_delete_ticket"`,
+		`"idempotency_key"`, `"additionalProperties": false`, "# tracker_comment: POST /tickets/{id}/comments under " + a.srv.URL + "/v1 (kind write; re-driven under its key in Idempotency-Key within 24h)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect's output holds no %s:\n%s", want, out)
+		}
+	}
+	code, out, errs = runInspect(t, "--upstreams", a.file, "--name", "tracker", "--tool", "tracker_create_ticket", "--example", `{"title":"Printer jam","priority":"high"}`)
+	if code != 0 {
+		t.Fatalf("inspect --example: %d\n%s", code, errs)
+	}
+	for _, want := range []string{"POST /v1/tickets HTTP/1.1\n", "Host: " + a.srv.Addr + "\n", "Authorization: <env:WRITERD_TEST_TRACKER_SECRET>\n",
+		"Content-Type: application/json\n", "Idempotency-Key: " + exampleKey + "\n", `"title": "Printer jam"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the example's request holds no %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "tracker_comment") || strings.Contains(out, upstreamSecret) {
+		t.Errorf("--tool printed another tool, or the secret:\n%s", out)
+	}
+	_, out, _ = runInspect(t, "--upstreams", a.file, "--name", "tracker", "--tool", "comment", "--example", `{"id":"../T-1","text":"hi"}`)
+	if !strings.Contains(out, "POST /v1/tickets/..%2FT-1/comments HTTP/1.1\n") {
+		t.Errorf("a path argument with a / is not one segment:\n%s", out)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{`{"title":"Printer jam","colour":"xyzzy"}`, "the example arguments are refused: INVALID_INPUT: "},
+		{`{"priority":"high"}`, "the example arguments are refused: INVALID_INPUT: "},
+		{`[1]`, "--example takes a JSON object"},
+	} {
+		code, _, errs := runInspect(t, "--upstreams", a.file, "--name", "tracker", "--tool", "tracker_create_ticket", "--example", tc.args)
+		if code == 0 || !strings.Contains(errs, tc.want) || strings.Contains(errs, "xyzzy") || strings.Contains(errs, "Printer") {
+			t.Errorf("inspect --example %s: %d %q, want a refusal %q", tc.args, code, errs, tc.want)
+		}
+	}
+	code, _, errs = runInspect(t, "--upstreams", a.file, "--name", "tracker", "--tool", "comment", "--example", `{"id":"..","text":"hi"}`)
+	if code == 0 || !strings.Contains(errs, "make no request: INVALID_INPUT") {
+		t.Errorf("inspect of a dot segment: %d %q", code, errs)
+	}
+	if reqs, _ := apitest.ReadRequests(a.srv.Ledger); len(reqs) != 0 {
+		t.Errorf("inspect sent %d requests to the API", len(reqs))
+	}
+}

@@ -34,9 +34,11 @@ type upstreamInspect struct {
 	caFile          string
 	allowHTTP       bool
 	timeout         time.Duration
+	tool, example   string // an HTTP API's
 }
 
 const upstreamInspectUsage = `usage: writerd upstream inspect (--upstreams FILE --name NAME | --command 'ARGV…' [--env NAME=VALUE …] | --url URL [--header 'Name: value' …] [--ca-file FILE] [--allow-http]) [--name NAME] [--timeout D]
+       writerd upstream inspect --upstreams FILE --name NAME [--tool TOOL [--example JSON]]
 
 Connects to an upstream MCP server, waits for its list of tools, and
 prints, for each tool, a [[upstream.NAME.tool]] block of the upstreams
@@ -67,6 +69,14 @@ and a [upstream.NAME] block is printed too (NAME is --name, default
 child's environment is only the --env given, and their values are never
 printed. --header values are never printed either.
 
+An HTTP API's block (base_url) lists nothing: its definition is the
+file's. Its block is loaded and checked as serve checks it, each endpoint
+printed as tools/list offers it to agents (its schema closed, writerd's
+idempotency_key added), and with --tool and --example the request writerd
+would send for that example argument object: method, path and query,
+headers (a secret as its reference, the key as a placeholder) and body.
+Nothing is sent.
+
 No flag is read from the environment.
 
 Examples:
@@ -76,6 +86,9 @@ Examples:
 
 	# The block of a file, after the upstream changed a definition:
 	writerd upstream inspect --upstreams /etc/writerd/upstreams.toml --name tracker
+
+	# An HTTP API's endpoint, and the request an example makes:
+	writerd upstream inspect --upstreams /etc/writerd/upstreams.toml --name pay --tool pay_refund --example '{"order":"o_1","amount":500}'
 
 Flags:
 `
@@ -91,6 +104,8 @@ func (c *upstreamInspect) flags() *flagSet {
 	fs.Var(&c.headers, "header", "with --url: a header sent on each request, `'Name: value'` (repeatable)")
 	fs.StringVar(&c.caFile, "ca-file", "", "with --url: verify the server with this PEM `file` (default the system's roots)")
 	fs.BoolVar(&c.allowHTTP, "allow-http", false, "with --url: allow plain http:// to a host that is not loopback")
+	fs.StringVar(&c.tool, "tool", "", "an HTTP API's: print only this `tool` (its exported name or its name)")
+	fs.StringVar(&c.example, "example", "", "with --tool: print the request writerd sends for these arguments, a `JSON` object")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "wait at most this `duration` for the upstream's list of tools")
 	fs.takes("timeout", "a duration such as 30s")
 	return fs
@@ -151,6 +166,20 @@ func (c *upstreamInspect) Run(ctx context.Context, args []string) error {
 		if u, header, err = c.endpoint(fs); err != nil {
 			return err
 		}
+	}
+	if u.Endpoint.BaseURL != "" {
+		if c.example != "" && c.tool == "" {
+			return fs.fail("--example needs --tool, the tool it calls")
+		}
+		out, err := inspectAPI(ctx, u, c.tool, c.example)
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(c.Stdout, out)
+		return err
+	}
+	if c.tool != "" || c.example != "" {
+		return fs.fail("--tool and --example are for an HTTP API's block (base_url)")
 	}
 	if len(u.Endpoint.Command) > 0 {
 		if _, err := exec.LookPath(u.Endpoint.Command[0]); err != nil {
