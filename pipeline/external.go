@@ -164,6 +164,11 @@ type ExternalSpec struct {
 	// Upstream and UpstreamTool name the upstream and its own name of
 	// the tool, for the audit event.
 	Upstream, UpstreamTool string
+	// RedriveWithin bounds a re-drive (0: no bound): past it from the
+	// pending record's creation, the upstream no longer keeps the key (an
+	// HTTP API's key TTL), and a call that may have reached it is
+	// recorded unknown, never sent again.
+	RedriveWithin time.Duration
 	// Method and Path are an HTTP API endpoint's method and path
 	// template, for its events ("" for an MCP server's tool).
 	Method, Path string
@@ -177,6 +182,7 @@ type ExternalSpec struct {
 type external struct {
 	upstream, tool string
 	method, path   string
+	within         time.Duration // ExternalSpec.RedriveWithin
 	redrive        bool
 	ext            External
 }
@@ -248,7 +254,7 @@ func DefineExternal[D any](spec ExternalSpec) (*Tool[D], error) {
 			Scope:      spec.Scope, OpenWorld: true,
 			InputSchema: in, OutputSchema: spec.OutputSchema,
 		},
-		external: &external{upstream: spec.Upstream, tool: spec.UpstreamTool, method: spec.Method, path: spec.Path, redrive: spec.Redrive, ext: spec.External},
+		external: &external{upstream: spec.Upstream, tool: spec.UpstreamTool, method: spec.Method, path: spec.Path, within: spec.RedriveWithin, redrive: spec.Redrive, ext: spec.External},
 	}
 	if spec.ReadOnly {
 		t.newInput = func() any { return new(readInput) }

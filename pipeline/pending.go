@@ -217,7 +217,7 @@ func (p *Pipeline[D]) drive(ctx context.Context, t *Tool[D], rec *idempotency.Re
 		if ans.Disposition == NotSent && uncertain {
 			ans = &ExternalAnswer{Disposition: Uncertain, End: ans.End, Duration: ans.Duration, Cause: ans.Cause}
 		}
-		if ans.Disposition != Uncertain || !x.redrive || sends >= p.cfg.Sends {
+		if ans.Disposition != Uncertain || !x.redrive || sends >= p.cfg.Sends || x.expired(rec, p.now()) {
 			break
 		}
 		uncertain = true
@@ -535,7 +535,8 @@ func (p *Pipeline[D]) takeOver(ctx context.Context, old *idempotency.Record, all
 		x = t.external
 	}
 	mine := &idempotency.Record{}
-	redrive := x != nil && x.redrive && old.Attempt < p.cfg.Attempts
+	expired := x != nil && x.redrive && x.expired(old, p.now())
+	redrive := x != nil && x.redrive && old.Attempt < p.cfg.Attempts && !expired
 	if redrive {
 		// A re-drive takes one of the upstream's slots as a call does;
 		// with none free the record is left for the next sweep, its
@@ -571,6 +572,9 @@ func (p *Pipeline[D]) takeOver(ctx context.Context, old *idempotency.Record, all
 		ev.Outcome = auditlog.Unknown
 		ev.DurationMS = float64(now.Sub(cur.CreatedAt).Microseconds()) / 1000
 		ev.Upstream = &auditlog.Upstream{Attempt: mine.Attempt, End: EndTakenOver}
+		if expired {
+			ev.Upstream.End = EndKeyExpired
+		}
 		if x != nil {
 			ev.Upstream.Name, ev.Upstream.Tool = x.upstream, x.tool
 			ev.Upstream.Method, ev.Upstream.Path = x.method, x.path
@@ -603,6 +607,17 @@ const TransportTakeover = "takeover"
 // EndTakenOver is the upstream.end of a write a takeover recorded as
 // unknown without sending it again.
 const EndTakenOver = "taken_over"
+
+// EndKeyExpired is the upstream.end of a write a takeover would have
+// re-driven, recorded unknown instead: the upstream keeps its key no
+// longer (ExternalSpec.RedriveWithin), so a re-drive could run it twice.
+const EndKeyExpired = "key_expired"
+
+// expired reports whether a re-drive of rec under its key is past what
+// x's upstream keeps a key for.
+func (x *external) expired(rec *idempotency.Record, now time.Time) bool {
+	return x.within > 0 && !now.Before(rec.CreatedAt.Add(x.within))
+}
 
 // RunTakeovers sweeps for pending records no process drives, every
 // every, until ctx ends (Takeover). With sole (a store only this process

@@ -79,6 +79,10 @@ func defineEndpoint[D any](name string, t *EndpointTool, o APIOptions) (*pipelin
 		Upstream: name, UpstreamTool: t.Name, External: x,
 		Method: t.Route.Method, Path: t.Route.Path.String(),
 	}
+	if o.API.Keyed() {
+		// Re-driven under its key only while the upstream keeps it.
+		spec.RedriveWithin = o.API.keys.TTL
+	}
 	if spec.Destructive {
 		spec.Preview = func(args json.RawMessage) any {
 			return map[string]any{"upstream": name, "tool": t.Name, "method": t.Route.Method, "path": t.Route.Path.String(), "arguments": args}

@@ -484,6 +484,83 @@ func testExternalTakeover(t *testing.T, b Backend) {
 	}
 }
 
+// Ensure a write re-driven under a key the upstream keeps for a time
+// (RedriveWithin) is re-driven by a takeover within it, and past it is
+// one unknown event ending key_expired, never sent again.
+func testExternalRedriveWithin(t *testing.T, b Backend) {
+	const within = 5 * time.Minute
+	u := newUpstream()
+	u.hold = make(chan struct{})
+	tool, err := pipeline.DefineExternal[handlers.Store](pipeline.ExternalSpec{
+		Name: "ext_create_ttl", Description: "Creates a ticket upstream under a key it keeps 5 minutes.",
+		InputSchema:  json.RawMessage(`{"type":"object","properties":{"title":{"type":"string","maxLength":100}},"required":["title"]}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"ticket":{"type":"object","properties":{"id":{"type":"string","maxLength":50}},"required":["id"],"additionalProperties":false}},"required":["ticket"],"additionalProperties":false}`),
+		Redrive:      true, RedriveWithin: within, Upstream: "tracker", UpstreamTool: "create_ticket", External: u,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(t, b, Options{Tools: []*pipeline.Tool[handlers.Store]{tool}})
+	other := e.Replica()
+	if other == nil {
+		other = e.Pipeline()
+	}
+	done := make(chan *pipeline.Result, 2)
+	go func() { done <- e.Call(Caller, "ext_create_ttl", extArgs("ext-key-0031", "within")) }()
+	u.waitEntered(t, done)
+	go func() { done <- e.Call(Caller, "ext_create_ttl", extArgs("ext-key-0032", "past")) }()
+	u.waitEntered(t, done)
+	stalled := u.hold
+	u.mu.Lock()
+	u.hold = nil // a re-drive answers at once
+	u.mu.Unlock()
+
+	// Past the lease, within the key's time: both re-driven.
+	e.Advance(pipeline.DefaultLease + time.Second)
+	n, err := other.Takeover(context.Background(), false)
+	if err != nil || n != 2 {
+		t.Fatalf("takeover within the key's time: %d, %v; want 2", n, err)
+	}
+	for _, key := range []string{"ext-key-0031", "ext-key-0032"} {
+		if evs := e.EventsOf(key); len(evs) != 1 || evs[0].Outcome != auditlog.OK || evs[0].Upstream.Attempt != 2 {
+			t.Errorf("%s re-driven within the key's time: %+v, want one ok event at attempt 2", key, evs)
+		}
+	}
+	close(stalled)
+	for range 2 {
+		<-done
+	}
+
+	// Past the key's time: recorded unknown, never sent.
+	u.hold = make(chan struct{})
+	go func() { done <- e.Call(Caller, "ext_create_ttl", extArgs("ext-key-0033", "expired")) }()
+	u.waitEntered(t, done)
+	stalled = u.hold
+	u.mu.Lock()
+	u.hold = nil
+	u.mu.Unlock()
+	sent := len(u.sent())
+	e.Advance(within)
+	if n, err := other.Takeover(context.Background(), false); err != nil || n != 1 {
+		t.Fatalf("takeover past the key's time: %d, %v; want 1", n, err)
+	}
+	evs := e.EventsOf("ext-key-0033")
+	if len(evs) != 1 || evs[0].Outcome != auditlog.Unknown || evs[0].Upstream.End != pipeline.EndKeyExpired || evs[0].Code != string(pipeline.UnknownOutcome) {
+		t.Errorf("past the key's time: %+v, want one unknown event ending key_expired", evs)
+	}
+	if got := len(u.sent()); got != sent {
+		t.Errorf("%d sendings past the key's time, want none", got-sent)
+	}
+	close(stalled)
+	MustCode(t, <-done, pipeline.KeyInUse, pipeline.RetrySameKey)
+	if r := e.Call(Caller, "ext_create_ttl", extArgs("ext-key-0033", "expired")); r.Err == nil || r.Err.Code != pipeline.UnknownOutcome {
+		t.Errorf("the retry past the key's time = %+v, want OUTCOME_UNKNOWN", r.Err)
+	}
+	if got := len(u.sent()); got != sent {
+		t.Errorf("the retry sent %d times, want none", got-sent)
+	}
+}
+
 // Ensure the upstream key is the same on every process and after a
 // reopen, differs for another principal, and for the key used again
 // after its TTL.
