@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -268,4 +269,60 @@ func TestUpstreamAPI_Inspect(t *testing.T) {
 	if reqs, _ := apitest.ReadRequests(a.srv.Ledger); len(reqs) != 0 {
 		t.Errorf("inspect sent %d requests to the API", len(reqs))
 	}
+}
+
+// apiFake is the fake HTTP API as a trial's upstream (loadFake): keyed,
+// answering after loadDelay, 64 calls at once.
+type apiFake struct {
+	*apiUpstream
+	sw apitest.Switches
+}
+
+func startAPIFake(t *testing.T) *apiFake {
+	t.Helper()
+	f := &apiFake{apiUpstream: newAPIUpstream(t, apitest.Options{}, apiKeyed+"\nmax_concurrent = 64"), sw: apitest.Switches{Delay: apitest.Duration(loadDelay)}}
+	if err := apitest.SetSwitches(f.srv.Ledger, f.sw); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *apiFake) upstreams() string { return f.file }
+
+func (f *apiFake) delay(t *testing.T, d time.Duration) {
+	t.Helper()
+	sw := f.sw
+	sw.Delay = apitest.Duration(d)
+	if err := apitest.SetSwitches(f.srv.Ledger, sw); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *apiFake) executions(t *testing.T) []execution {
+	var out []execution
+	for _, e := range f.entries(t) {
+		out = append(out, execution{key: e.Key, digest: e.Fingerprint, ticket: e.TicketID})
+	}
+	return out
+}
+
+// Ensure writerd on bbolt, killed with SIGKILL while 16 agents write to
+// the keyed fake HTTP API through it, round after round, executes no key
+// twice (TestUpstreamLoad_KillBolt's trial): each restart re-drives every
+// pending write under its key in the Idempotency-Key header, the API
+// answering a key whose first request still runs with 409 and
+// Retry-After, and its first answer again once it ran.
+func TestUpstreamAPILoad_KillBolt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills writerd under load")
+	}
+	trialKillBolt(t, startAPIFake(t))
+}
+
+// Ensure two PostgreSQL replicas sharing the keyed fake HTTP API, one
+// killed with SIGKILL mid-round and one stopped with SIGSTOP while it
+// holds pending writes, execute no key twice and settle every key with
+// one event (TestUpstreamLoad_Replicas's trial).
+func TestUpstreamAPILoad_Replicas(t *testing.T) {
+	trialReplicas(t, startAPIFake(t))
 }

@@ -59,6 +59,34 @@ type httpFake struct {
 	file string
 }
 
+// loadFake is the upstream of a trial, shared by its daemons: the fake
+// MCP server over Streamable HTTP (httpFake) or the fake HTTP API
+// (apiFake), each with create_ticket as the tool tracker_create_ticket.
+type loadFake interface {
+	upstreams() string                   // the upstreams file that names it
+	delay(t *testing.T, d time.Duration) // how long it takes to answer
+	executions(t *testing.T) []execution // its ledger
+}
+
+// execution is one execution in a fake's ledger.
+type execution struct {
+	key, digest, ticket string // the upstream key ("" for none), the arguments' digest, the ticket made
+}
+
+func (f *httpFake) upstreams() string { return f.file }
+
+func (f *httpFake) executions(t *testing.T) []execution {
+	var out []execution
+	for _, e := range f.srv.Entries(t) {
+		x := execution{key: e.UpstreamKey, digest: e.ArgsDigest}
+		if e.Ticket != nil {
+			x.ticket = e.Ticket.ID
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
 // startHTTPFake starts the fake with keys taken as an argument and pins
 // its create_ticket.
 func startHTTPFake(t *testing.T) *httpFake {
@@ -115,11 +143,11 @@ func (f *httpFake) delay(t *testing.T, d time.Duration) {
 
 // startLoadDaemon starts writerd from the test build on s, serving the
 // fake's tools, with the trials' lease and sweep.
-func startLoadDaemon(t *testing.T, s testStore, f *httpFake, tokens string) *httpDaemon {
+func startLoadDaemon(t *testing.T, s testStore, f loadFake, tokens string) *httpDaemon {
 	t.Helper()
 	return MustStartHTTP(t, httpConfig{bin: testBinary, store: s, tokens: tokens, env: []string{
-		"WRITERD_TEST_LEASE=" + loadLease.String(),
-	}, args: []string{"--upstreams", f.file}})
+		"WRITERD_TEST_LEASE=" + loadLease.String(), "WRITERD_TEST_TRACKER_SECRET=" + upstreamSecret,
+	}, args: []string{"--upstreams", f.upstreams()}})
 }
 
 // createTicket calls tracker_create_ticket over the direct API; the
@@ -331,13 +359,17 @@ func quantile(ds []time.Duration, f float64) time.Duration {
 // audit verify pass. A key's settling is timed from its pending record's
 // creation, or from the latest incident (kill, stop) between that and
 // its event, to its event.
-func mustSettleOnce(t *testing.T, s testStore, f *httpFake, l *upLoad, incidents []time.Time) settleFigures {
+func mustSettleOnce(t *testing.T, s testStore, f loadFake, l *upLoad, incidents []time.Time) settleFigures {
 	t.Helper()
 	for _, e := range l.k.failures() {
 		t.Error(e)
 	}
-	entries := f.srv.Entries(t)
-	byKey, byDigest := upstreamtest.ByKey(entries), upstreamtest.ByDigest(entries)
+	entries := f.executions(t)
+	byKey, byDigest := map[string]int{}, map[string]int{}
+	for _, e := range entries {
+		byKey[e.key]++
+		byDigest[e.digest]++
+	}
 	for k, n := range byKey {
 		if n != 1 || k == "" {
 			t.Errorf("upstream key %q executed %d times, want once", k, n)
@@ -350,8 +382,8 @@ func mustSettleOnce(t *testing.T, s testStore, f *httpFake, l *upLoad, incidents
 	}
 	ticketOf := map[string]string{}
 	for _, e := range entries {
-		if e.Ticket != nil {
-			ticketOf[e.UpstreamKey] = e.Ticket.ID
+		if e.ticket != "" {
+			ticketOf[e.key] = e.ticket
 		}
 	}
 	st := MustOpenStore(t, s)
@@ -420,8 +452,12 @@ func TestUpstreamLoad_KillBolt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills writerd under load")
 	}
+	trialKillBolt(t, startHTTPFake(t))
+}
+
+// trialKillBolt is TestUpstreamLoad_KillBolt's trial, on the upstream f.
+func trialKillBolt(t *testing.T, f loadFake) {
 	rounds := trialSize(3, 20)
-	f := startHTTPFake(t)
 	s := boltStores.make(t)
 	tok := mustAuditTokens(t)
 	var mu sync.Mutex
@@ -505,9 +541,13 @@ func mustSettleHeld(t *testing.T, s testStore, held []string, what string) {
 // the lease, the sweep and PostgreSQL's idle-in-transaction timeout of
 // its owner's death or stall.
 func TestUpstreamLoad_Replicas(t *testing.T) {
+	trialReplicas(t, startHTTPFake(t))
+}
+
+// trialReplicas is TestUpstreamLoad_Replicas's trial, on the upstream f.
+func trialReplicas(t *testing.T, f loadFake) {
 	s, tok := mustReplicaStore(t)
 	rounds := trialSize(3, 20)
-	f := startHTTPFake(t)
 	names := [2]string{"writerd-a", "writerd-b"}
 	var replicas [2]*httpDaemon
 	var mu sync.Mutex
