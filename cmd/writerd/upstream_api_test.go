@@ -13,6 +13,8 @@ import (
 
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers/upstream/upstreamtest/apitest"
+	"github.com/writerd/writerd/idempotency"
+	"github.com/writerd/writerd/pipeline"
 )
 
 // The schemas of the tests' endpoints of the fake HTTP API, as an
@@ -325,4 +327,143 @@ func TestUpstreamAPILoad_KillBolt(t *testing.T) {
 // one event (TestUpstreamLoad_Replicas's trial).
 func TestUpstreamAPILoad_Replicas(t *testing.T) {
 	trialReplicas(t, startAPIFake(t))
+}
+
+// Ensure each crash point of a write to an HTTP API (a kill -9 of writerd
+// after its pending record commits, during the call, after the API
+// answered, inside the completion) leaves what crashPoints says once
+// writerd runs again on the same store and the key is sent again, as for
+// an MCP upstream: for the API that takes keys, exactly one execution
+// under the write's key, one ok event of the takeover and the retry
+// replayed; for one that does not, at most one execution and one unknown
+// event the retry never runs again; never two; on bbolt and PostgreSQL.
+func TestUpstreamAPI_CrashPoints(t *testing.T) {
+	t.Parallel() // its own processes and directories; mostly waiting on them
+	if testing.Short() {
+		t.Skip("kills and restarts the daemon")
+	}
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		for _, cp := range crashPoints {
+			for _, keyed := range []bool{true, false} {
+				want, extra, name := cp.unkeyed, "", "no-keys"
+				if keyed {
+					want, extra, name = cp.keyed, apiKeyed, "keys"
+				}
+				t.Run(cp.point+"/"+name, func(t *testing.T) {
+					testAPICrashPoint(t, kind, newAPIUpstream(t, apitest.Options{}, extra), cp.failpoint, cp.sent, want)
+				})
+			}
+		}
+	})
+}
+
+func testAPICrashPoint(t *testing.T, kind storeKind, a *apiUpstream, failpoint string, sent int, want crashLeft) {
+	ts := kind.make(t)
+	env := []string{"WRITERD_TEST_TRACKER_SECRET=" + upstreamSecret}
+	if kind.name == pgStores.name {
+		env = append(env, leaseEnv+"="+crashLease)
+	}
+	if failpoint == "" {
+		// During the call: the fake executes it and never answers.
+		if err := apitest.SetSwitches(a.srv.Ledger, apitest.Switches{Hang: apitest.HangAfter}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := env
+	if failpoint != "" {
+		first = append(first[:len(first):len(first)], failpointEnv+"="+failpoint)
+	}
+	d := mustStartWith(t, daemonConfig{bin: testBinary, store: ts, args: []string{"--upstreams", a.file}, env: first})
+	const key = "crash-key-0001"
+	args := `{"idempotency_key":"` + key + `","title":"Printer jam","priority":"high"}`
+	lost := make(chan error, 1)
+	go func() {
+		res, err := d.call("tracker_create_ticket", args)
+		if err == nil {
+			err = fmt.Errorf("the call was answered: %v", res)
+		} else {
+			err = nil
+		}
+		lost <- err
+	}()
+	if failpoint == "" {
+		for deadline := time.Now().Add(20 * time.Second); len(a.entries(t)) < 1; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the API executed nothing within 20s")
+			}
+		}
+		d.cmd.Process.Kill()
+	}
+	select {
+	case err := <-lost:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call was not ended by the crash within 30s")
+	}
+	d.Kill()
+	s := MustOpenStore(t, ts)
+	rec := s.record("local", key)
+	if rec == nil || rec.State != idempotency.Pending || rec.Attempt != 1 || len(rec.UpstreamKey) != 43 {
+		t.Fatalf("after the crash the key's record is %+v, want pending, attempt 1, with its upstream key", rec)
+	}
+	upKey := rec.UpstreamKey
+	s.s.Close()
+	if n := len(a.entries(t)); n != sent {
+		t.Fatalf("the API executed the write %d times before the crash, want %d", n, sent)
+	}
+	if err := apitest.SetSwitches(a.srv.Ledger, apitest.Switches{}); err != nil {
+		t.Fatal(err)
+	}
+
+	again := daemonConfig{store: ts, args: []string{"--upstreams", a.file}, env: env}
+	if kind.name == pgStores.name {
+		again.bin = testBinary
+	}
+	d2 := mustStartWith(t, again)
+	var out *pipeline.WriteOutcome
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if out = outcomeOf(t, d2, key); out.State != pipeline.WriteRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the write is still running 20s after the restart: %+v\nstderr:\n%s", out, d2.stderr)
+		}
+	}
+	if out.State != want.state {
+		t.Fatalf("get_write_outcome after the restart = %+v, want %s\nstderr:\n%s", out, want.state, d2.stderr)
+	}
+	retry := d2.Call("tracker_create_ticket", args)
+	if want.state == pipeline.WriteCompleted {
+		mustSucceed(t, retry)
+		if replayed, _ := retry.Meta["writerd/replayed"].(bool); !replayed {
+			t.Errorf("the retry's _meta = %v, want replayed", retry.Meta)
+		}
+	} else {
+		mustFail(t, retry, string(pipeline.UnknownOutcome))
+	}
+	d2.Stop()
+
+	es := a.entries(t)
+	if len(es) != want.executions {
+		t.Fatalf("the API executed the write %d times, want %d: %+v", len(es), want.executions, es)
+	}
+	for _, e := range es {
+		if wantKey := map[bool]string{true: upKey, false: ""}[want.state == pipeline.WriteCompleted]; e.Key != wantKey {
+			t.Errorf("the execution carried key %q, want %q", e.Key, wantKey)
+		}
+	}
+	s = MustOpenStore(t, ts)
+	evs := s.eventsFor(key)
+	if len(evs) != 1 {
+		t.Fatalf("the key has %d events, want 1: %+v", len(evs), evs)
+	}
+	ev := evs[0]
+	if ev.Outcome != want.outcome || ev.Transport != pipeline.TransportTakeover || ev.Upstream == nil ||
+		ev.Upstream.Attempt != 2 || ev.Upstream.End != want.end || ev.Upstream.Method != "POST" || ev.Upstream.Path != "/tickets" {
+		t.Errorf("the event %+v (upstream %+v): want %s by the takeover, attempt 2, end %s, POST /tickets", ev, ev.Upstream, want.outcome, want.end)
+	}
+	s.s.Close()
+	mustRunOK(t, runConfig{env: ts.env(t)}, append([]string{"audit", "verify"}, ts.auditFlags()...)...)
 }
