@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -466,4 +467,107 @@ func testAPICrashPoint(t *testing.T, kind storeKind, a *apiUpstream, failpoint s
 	}
 	s.s.Close()
 	mustRunOK(t, runConfig{env: ts.env(t)}, append([]string{"audit", "verify"}, ts.auditFlags()...)...)
+}
+
+// Ensure each status of an HTTP API, and each way its answer can be
+// lost, is mapped as docs/UPSTREAMS.md says, through writerd serve and
+// the fake API's switches: the caller's code and retry, the API's
+// executions, and the event (none where nothing ran, else one, with its
+// end and status); for the keyed API and the unkeyed one. No answer holds
+// the API's text.
+func TestUpstreamAPI_Statuses(t *testing.T) {
+	t.Parallel() // its own processes and directories; mostly waiting on them
+	type row struct {
+		name     string
+		sw       apitest.Switches
+		code     string // "" for a result
+		retry    string
+		runs     int    // executions
+		outcome  string // the event's; "" for none
+		end      string
+		status   int
+		alarmLog string // a log line it raises
+	}
+	refused := func(st int) row {
+		return row{fmt.Sprintf("%d", st), apitest.Switches{Refuse: st}, "UPSTREAM_REFUSED", "new_key", 0, auditlog.Failed, "refused", st, ""}
+	}
+	notRun := func(name string, sw apitest.Switches, st int) row {
+		return row{name, sw, "UNAVAILABLE", "same_key", 0, "", "", st, ""}
+	}
+	both := []row{
+		refused(400), refused(403), refused(404), refused(409), refused(422),
+		{"401", apitest.Switches{Refuse: 401}, "UNAVAILABLE", "same_key", 0, "", "", 401, "refused writerd's own credential"},
+		notRun("408", apitest.Switches{Refuse: 408}, 408),
+		notRun("425", apitest.Switches{Refuse: 425}, 425),
+		notRun("429", apitest.Switches{RetryAfter: 2}, 429),
+	}
+	keyed := append(slices.Clone(both),
+		notRun("503", apitest.Switches{Unavailable: true}, 503),
+		// Re-driven under its key: the API answers its one execution.
+		row{"reset after executing", apitest.Switches{Reset: true}, "", "", 1, auditlog.OK, "answered", 201, ""},
+		row{"307", apitest.Switches{Redirect: true}, "OUTCOME_UNKNOWN", "never", 0, auditlog.Unknown, "error", 307, ""},
+	)
+	unkeyed := append(slices.Clone(both),
+		row{"503", apitest.Switches{Unavailable: true}, "OUTCOME_UNKNOWN", "never", 0, auditlog.Unknown, "error", 503, ""},
+		row{"reset after executing", apitest.Switches{Reset: true}, "OUTCOME_UNKNOWN", "never", 1, auditlog.Unknown, "lost", 0, ""},
+		row{"500 after executing", apitest.Switches{Fail: true}, "OUTCOME_UNKNOWN", "never", 1, auditlog.Unknown, "error", 500, ""},
+	)
+	for _, tc := range []struct {
+		name  string
+		extra string
+		rows  []row
+	}{{"keys", apiKeyed, keyed}, {"no-keys", "", unkeyed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a := newAPIUpstream(t, apitest.Options{}, tc.extra)
+			d := mustStartWith(t, daemonConfig{
+				args: []string{"--upstreams", a.file}, env: []string{"WRITERD_TEST_TRACKER_SECRET=" + upstreamSecret},
+			})
+			runs := 0
+			for i, r := range tc.rows {
+				if err := apitest.SetSwitches(a.srv.Ledger, r.sw); err != nil {
+					t.Fatal(err)
+				}
+				key := fmt.Sprintf("status-key-%04d", i)
+				res := d.Call("tracker_create_ticket", `{"idempotency_key":"`+key+`","title":"t`+key+`"}`)
+				if r.code == "" {
+					mustSucceed(t, res)
+				} else if e := mustFail(t, res, r.code); e.Error.Retry != r.retry {
+					t.Errorf("%s: retry %s, want %s", r.name, e.Error.Retry, r.retry)
+				} else if r.code == "UPSTREAM_REFUSED" && !strings.Contains(e.Error.Message, fmt.Sprintf("HTTP %d", r.status)) {
+					t.Errorf("%s: %q names no status", r.name, e.Error.Message)
+				}
+				if strings.Contains(text(t, res), apitest.Secret) || strings.Contains(text(t, res), apitest.BodySecret) {
+					t.Errorf("%s: the answer holds the API's text: %s", r.name, text(t, res))
+				}
+				runs += r.runs
+				if n := len(a.entries(t)); n != runs {
+					t.Errorf("%s: %d executions in all, want %d", r.name, n, runs)
+					runs = n
+				}
+				if r.alarmLog != "" && !strings.Contains(d.stderr.String(), r.alarmLog) {
+					t.Errorf("%s: no log line says %q", r.name, r.alarmLog)
+				}
+			}
+			d.Stop()
+			s := MustOpenStore(t, d.store)
+			for i, r := range tc.rows {
+				evs := s.eventsFor(fmt.Sprintf("status-key-%04d", i))
+				switch {
+				case r.outcome == "" && len(evs) != 0:
+					t.Errorf("%s: %d events, want none: nothing ran", r.name, len(evs))
+				case r.outcome == "":
+				case len(evs) != 1:
+					t.Errorf("%s: %d events, want 1", r.name, len(evs))
+				case evs[0].Outcome != r.outcome || evs[0].Upstream.End != r.end || evs[0].Upstream.HTTPStatus != r.status:
+					t.Errorf("%s: event %s, end %s, status %d; want %s, %s, %d", r.name, evs[0].Outcome, evs[0].Upstream.End, evs[0].Upstream.HTTPStatus, r.outcome, r.end, r.status)
+				}
+			}
+			for _, ev := range s.events() {
+				if b, _ := json.Marshal(ev); strings.Contains(string(b), apitest.Secret) || strings.Contains(string(b), "tstatus-key") {
+					t.Errorf("an event holds the API's text or an argument: %s", b)
+				}
+			}
+		})
+	}
 }
