@@ -100,6 +100,12 @@ Targets:
            with the Go toolchain, as the tests build it (a writerd built
            elsewhere needs --upstream-fake: go build -o DIR
            ./handlers/upstream/upstreamtest/fakeupstream)
+           With --upstream-transport api the upstream is an HTTP API
+           instead: the tests' fake (handlers/upstream/upstreamtest/apitest/
+           fakeapi), honouring Idempotency-Key, its POST /v1/tickets served
+           as the endpoint tool tracker_create_ticket keyed in that header;
+           direct is the agents POSTing /v1/tickets themselves, each with a
+           key of its own, over kept connections
 
 --server may name several replicas, separated by commas: the agents are
 spread over them, and their metrics summed.
@@ -155,6 +161,10 @@ Examples:
 	# to it directly and against create_project, at 1 agent and at 64:
 	writerd bench --target upstream --agents 1
 	writerd bench --target upstream --agents 64
+
+	# The same, the upstream an HTTP API (docs/UPSTREAMS.md, "HTTP APIs as tools"):
+	writerd bench --target upstream --upstream-transport api --agents 1
+	writerd bench --target upstream --upstream-transport api --agents 64
 
 	# Updates on a store kept between runs, to see how cost grows with it, as JSON:
 	writerd bench --data /tmp/writerd-big --tool update_record --duration 30s -o json

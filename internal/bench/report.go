@@ -144,6 +144,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	if r.Upstream != nil && r.Upstream.Transport == UpstreamStdio {
 		where = "to the fake upstream over stdio, in process"
 	}
+	if r.Upstream != nil && r.Upstream.Transport == UpstreamAPI {
+		where = "to the fake HTTP API, keyed in Idempotency-Key, in process"
+	}
 	switch r.Client {
 	case ClientBench:
 		where += " (bench's client)"

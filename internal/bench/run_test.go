@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/writerd/writerd/handlers/upstream/upstreamtest"
+	"github.com/writerd/writerd/handlers/upstream/upstreamtest/apitest"
 )
 
 // Ensure Run in process writes, with no failure, and reports what the
@@ -73,15 +74,20 @@ func TestRun_Refusals(t *testing.T) {
 // (two transactions a write), the direct calls and create_project beside
 // it, and the figures that compare them.
 func TestRun_Upstream(t *testing.T) {
-	bin := upstreamtest.Build(t)
+	mcpFake, apiFake := upstreamtest.Build(t), apitest.Build(t)
 	for _, tc := range []struct {
 		transport string
 		agents    int
 		over      string
 	}{
-		{"", 1, "over Streamable HTTP"}, {UpstreamHTTP, 2, "over Streamable HTTP"},
-		{UpstreamStdio, 1, "over stdio"}, {UpstreamStdio, 2, "over stdio"},
+		{"", 1, "upstream over Streamable HTTP"}, {UpstreamHTTP, 2, "upstream over Streamable HTTP"},
+		{UpstreamStdio, 1, "upstream over stdio"}, {UpstreamStdio, 2, "upstream over stdio"},
+		{UpstreamAPI, 1, "HTTP API, keyed in Idempotency-Key"}, {UpstreamAPI, 2, "HTTP API, keyed in Idempotency-Key"},
 	} {
+		bin := mcpFake
+		if tc.transport == UpstreamAPI {
+			bin = apiFake
+		}
 		agents := tc.agents
 		t.Run(fmt.Sprintf("%s/agents=%d", cmp.Or(tc.transport, "default"), agents), func(t *testing.T) {
 			var progress strings.Builder
@@ -115,7 +121,7 @@ func TestRun_Upstream(t *testing.T) {
 			}
 			var table strings.Builder
 			rep.WriteTable(&table)
-			for _, want := range []string{"tracker_create_ticket to the fake upstream " + tc.over, "direct", "create_project", "above the direct calls'"} {
+			for _, want := range []string{"tracker_create_ticket to the fake " + tc.over, "direct", "create_project", "above the direct calls'"} {
 				if !strings.Contains(table.String(), want) {
 					t.Errorf("the table lacks %q:\n%s", want, table.String())
 				}

@@ -16,6 +16,7 @@ import (
 	"github.com/writerd/writerd/auditlog"
 	"github.com/writerd/writerd/handlers/upstream"
 	"github.com/writerd/writerd/handlers/upstream/upstreamtest"
+	"github.com/writerd/writerd/handlers/upstream/upstreamtest/apitest"
 	"github.com/writerd/writerd/internal/daemon"
 	"github.com/writerd/writerd/pipeline"
 )
@@ -63,7 +64,7 @@ const (
 )
 
 // UpstreamTransports are the choices of --upstream-transport.
-var UpstreamTransports = []string{UpstreamHTTP, UpstreamStdio}
+var UpstreamTransports = []string{UpstreamHTTP, UpstreamStdio, UpstreamAPI}
 
 // Names of the upstream target's baselines.
 const (
@@ -180,6 +181,11 @@ func (b *bench) runUpstream(ctx context.Context, bin string, fsync bool, transpo
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	if bin == "" && transport == UpstreamAPI {
+		if bin, err = apitest.BuildTo(dir); err != nil {
+			return nil, fmt.Errorf("the fake API cannot be built here (it needs the Go toolchain and writerd's source; or give --upstream-fake): %w", err)
+		}
+	}
 	if bin == "" {
 		if bin, err = upstreamtest.BuildTo(dir); err != nil {
 			return nil, fmt.Errorf("the fake upstream cannot be built here (it needs the Go toolchain and writerd's source; or give --upstream-fake): %w", err)
@@ -223,10 +229,23 @@ func (b *bench) runUpstream(ctx context.Context, bin string, fsync bool, transpo
 			}
 			return b.runDirect(ctx, mc)
 		}
+	case UpstreamAPI:
+		fake, err := apitest.Start(bin, apitest.Options{Ledger: filepath.Join(dir, "ledger.jsonl"), NoFsync: !fsync})
+		if err != nil {
+			return nil, fmt.Errorf("the fake API: %w", err)
+		}
+		defer fake.Stop()
+		ep.BaseURL = fake.URL + "/v1"
+		direct = func(ctx context.Context) (*Result, error) { return b.runDirectAPI(ctx, ep.BaseURL) }
 	default:
 		return nil, fmt.Errorf("no upstream transport %q", transport)
 	}
-	cfg, err := b.upstreamConfig(ctx, ep)
+	var cfg *upstream.Config
+	if ep.BaseURL != "" {
+		cfg, err = b.apiConfig(dir, ep.BaseURL)
+	} else {
+		cfg, err = b.upstreamConfig(ctx, ep)
+	}
 	if err != nil {
 		return nil, err
 	}
