@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -570,4 +572,137 @@ func TestUpstreamAPI_Statuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// guideExample returns docs/UPSTREAMS.md's "Example: a ticket tracker's API":
+// its blocks in order, each with the file it is shown as ("" for a
+// command's or an output's).
+type exampleBlock struct{ lang, file, text string }
+
+func guideExample(t *testing.T) []exampleBlock {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "UPSTREAMS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "### Example: a ticket tracker's API")
+	if !ok {
+		t.Fatal(`docs/UPSTREAMS.md has no "Example: a ticket tracker's API"`)
+	}
+	rest, _, _ = strings.Cut(rest, "\n## ")
+	var blocks []exampleBlock
+	for {
+		before, after, ok := strings.Cut(rest, "```")
+		if !ok {
+			return blocks
+		}
+		lang, body, _ := strings.Cut(after, "\n")
+		text, next, closed := strings.Cut(body, "```")
+		if !closed {
+			t.Fatal("docs/UPSTREAMS.md's example has a block never closed")
+		}
+		g := exampleBlock{lang: lang, text: text}
+		// A file's block follows a paragraph that is its path, in backquotes.
+		if lines := strings.Split(strings.TrimSpace(before), "\n"); len(lines) > 0 {
+			last := lines[len(lines)-1]
+			if strings.HasPrefix(last, "`/") && strings.HasSuffix(last, "`:") {
+				g.file = strings.TrimSuffix(strings.TrimPrefix(last, "`"), "`:")
+			}
+		}
+		blocks = append(blocks, g)
+		rest = next
+	}
+}
+
+// Ensure docs/UPSTREAMS.md's HTTP API example runs as written (its
+// directory and port replaced): its commands build and start the tests'
+// fake API, its files load, writerd upstream inspect prints the request
+// it shows, and writerd serve runs the tool once, its retry replayed.
+func TestUpstreamAPI_GuideExample(t *testing.T) {
+	t.Parallel() // its own processes and directories
+	dir, port := t.TempDir(), freePort(t)
+	fix := strings.NewReplacer("/tmp/writerd-api", dir, "8090", port)
+	blocks := guideExample(t)
+	var shells []string
+	var shown string
+	for _, g := range blocks {
+		switch {
+		case g.file != "":
+			if err := os.WriteFile(fix.Replace(g.file), []byte(fix.Replace(g.text)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		case g.lang == "sh":
+			shells = append(shells, fix.Replace(g.text))
+		case g.lang == "":
+			shown = fix.Replace(g.text)
+		}
+	}
+	if len(shells) != 2 || shown == "" {
+		t.Fatalf("the example has %d command blocks and output %q; want 2 and the request", len(shells), shown)
+	}
+	// The commands, from the source tree's root, writerd on the PATH; the
+	// fake they start stops with the test.
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(binary, filepath.Join(bin, "writerd")); err != nil {
+		t.Fatal(err)
+	}
+	sh := func(script string) string {
+		t.Helper()
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		// To a file, not a pipe: the fake the first block starts in the
+		// background keeps its stdout open.
+		f, err := os.CreateTemp(dir, "sh-*.out")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd.Stdout, cmd.Stderr = f, f
+		err = cmd.Run()
+		out, _ := os.ReadFile(f.Name())
+		if err != nil {
+			t.Fatalf("%s\n%v\n%s", script, err, out)
+		}
+		return string(out)
+	}
+	sh(shells[0] + "\necho $! > " + filepath.Join(dir, "fake.pid") + "\n")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(filepath.Join(dir, "fake.pid")); err == nil {
+			exec.Command("kill", strings.TrimSpace(string(b))).Run()
+		}
+	})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the example's fake API did not listen within 60s")
+		}
+	}
+	if out := sh(shells[1]); !strings.HasSuffix(out, shown) {
+		t.Errorf("inspect printed\n%s\nwant it to end with the example's\n%s", out, shown)
+	}
+
+	d := mustStartWith(t, daemonConfig{args: []string{"--upstreams", filepath.Join(dir, "upstreams.toml")}, env: []string{"TRACKER_TOKEN=example-token"}})
+	args := `{"idempotency_key":"guide-api-0001","title":"Printer jam","priority":"high"}`
+	mustSucceed(t, d.Call("tracker_create_ticket", args))
+	again := d.Call("tracker_create_ticket", args)
+	if replayed, _ := mustSucceedMeta(t, again)["writerd/replayed"].(bool); !replayed {
+		t.Errorf("the retry was not replayed: %v", again.Meta)
+	}
+	es, err := apitest.ReadLedger(filepath.Join(dir, "ledger.jsonl"))
+	if err != nil || len(es) != 1 || len(es[0].Key) != 43 {
+		t.Fatalf("the example's ledger %+v (%v): want one execution under a 43-character key", es, err)
+	}
+}
+
+func mustSucceedMeta(t *testing.T, res *sdk.CallToolResult) map[string]any {
+	t.Helper()
+	mustSucceed(t, res)
+	return res.Meta
 }
