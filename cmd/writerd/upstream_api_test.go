@@ -379,16 +379,7 @@ func testAPICrashPoint(t *testing.T, kind storeKind, a *apiUpstream, failpoint s
 	d := mustStartWith(t, daemonConfig{bin: testBinary, store: ts, args: []string{"--upstreams", a.file}, env: first})
 	const key = "crash-key-0001"
 	args := `{"idempotency_key":"` + key + `","title":"Printer jam","priority":"high"}`
-	lost := make(chan error, 1)
-	go func() {
-		res, err := d.call("tracker_create_ticket", args)
-		if err == nil {
-			err = fmt.Errorf("the call was answered: %v", res)
-		} else {
-			err = nil
-		}
-		lost <- err
-	}()
+	lost := d.callLost("tracker_create_ticket", args)
 	if failpoint == "" {
 		for deadline := time.Now().Add(20 * time.Second); len(a.entries(t)) < 1; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -705,4 +696,65 @@ func mustSucceedMeta(t *testing.T, res *sdk.CallToolResult) map[string]any {
 	t.Helper()
 	mustSucceed(t, res)
 	return res.Meta
+}
+
+// Ensure that, over HTTP, neither the API's credential, its error and
+// result text, nor an argument is in any answer, /metrics or /readyz
+// scrape, or log line (debug included), for a result, a refusal and a
+// refused credential; and that the refused credential is counted
+// (writerd_upstream_calls_total's credential_refused), an operator's
+// alarm.
+func TestUpstreamAPI_SecretsOverHTTP(t *testing.T) {
+	t.Parallel() // its own processes and directories
+	a := newAPIUpstream(t, apitest.Options{}, apiKeyed)
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	agent := mustToken(t, tokens, "agent", pipeline.ScopeRead|pipeline.ScopeWrite)
+	d := MustStartHTTP(t, httpConfig{tokens: tokens, args: []string{"--upstreams", a.file, "--log-level", "debug"},
+		env: []string{"WRITERD_TEST_TRACKER_SECRET=" + upstreamSecret}})
+	const argument = "Printer-jam-7c2e"
+	var seen strings.Builder
+	for i, sw := range []apitest.Switches{{}, {Refuse: 404}, {Refuse: 401}, {Fail: true}} {
+		if err := apitest.SetSwitches(a.srv.Ledger, sw); err != nil {
+			t.Fatal(err)
+		}
+		r := d.API(agent, "tracker_create_ticket", fmt.Sprintf("secret-key-%04d", i), `{"title":"`+argument+`"}`)
+		if i == 0 {
+			// The result is the caller's ticket, its title the argument.
+			if r.status != 200 || !strings.Contains(r.body, argument) || strings.Contains(r.body, apitest.BodySecret) {
+				t.Fatalf("the write answered %d %s", r.status, r.body)
+			}
+			r.body = ""
+		}
+		seen.WriteString(r.body)
+		for k, vs := range r.header {
+			seen.WriteString(k + ": " + strings.Join(vs, ",") + "\n")
+		}
+	}
+	metrics := d.Do("GET", "/metrics", "").body
+	seen.WriteString(metrics + d.Do("GET", "/readyz", "").body)
+	if !strings.Contains(metrics, `writerd_upstream_calls_total{result="credential_refused",upstream="tracker"} 1`) {
+		t.Errorf("/metrics does not count the refused credential:\n%s", grepLines(metrics, "writerd_upstream_calls_total"))
+	}
+	d.Stop()
+	for what, text := range map[string]string{"the answers, /metrics and /readyz": seen.String(), "the log": d.stderr.String()} {
+		for _, secret := range []string{upstreamSecret, apitest.Secret, apitest.BodySecret, argument} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s hold %q", what, secret)
+			}
+		}
+	}
+	if !strings.Contains(d.stderr.String(), "refused writerd's own credential") {
+		t.Error("no log line raises the refused credential")
+	}
+}
+
+// grepLines returns text's lines holding s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -147,16 +147,7 @@ func testCrashPoint(t *testing.T, kind storeKind, f *fakeUpstream, sw upstreamte
 
 	const key = "crash-key-0001"
 	args := `{"idempotency_key":"` + key + `","title":"Printer jam","priority":"high"}`
-	lost := make(chan error, 1)
-	go func() {
-		res, err := d.call("tracker_create_ticket", args)
-		if err == nil {
-			err = fmt.Errorf("the call was answered: %v", res)
-		} else {
-			err = nil
-		}
-		lost <- err
-	}()
+	lost := d.callLost("tracker_create_ticket", args)
 	if failpoint == "" {
 		waitLedger(t, f, 1)
 		// The call is held at the upstream: it is running, attempt 1.
@@ -315,6 +306,21 @@ const (
 	failpointEnv = "WRITERD_TEST_FAILPOINT"
 	leaseEnv     = "WRITERD_TEST_LEASE"
 )
+
+// callLost sends a call that a crash of d must cut off: its channel
+// gets nil when the call ends unanswered, an error if it was answered.
+func (d *stdioDaemon) callLost(tool, args string) <-chan error {
+	lost := make(chan error, 1)
+	go func() {
+		res, err := d.call(tool, args)
+		if err == nil {
+			lost <- fmt.Errorf("the call was answered: %v", res)
+			return
+		}
+		lost <- nil
+	}()
+	return lost
+}
 
 // waitLedger waits until the fake's ledger holds n executions.
 func waitLedger(t *testing.T, f *fakeUpstream, n int) {
