@@ -67,7 +67,7 @@ func TestFormat_LaterFormatRefused(t *testing.T) {
 	const says = "event 2 is of format 4, which this writerd does not read (it reads event formats 1 to 3)"
 	_, _, err = local.List(context.Background(), auditlog.Filter{}, 0, 10)
 	var fe *auditlog.FormatError
-	if !errors.As(err, &fe) || fe.Seq != 2 || fe.Format != 3 {
+	if !errors.As(err, &fe) || fe.Seq != 2 || fe.Format != 4 {
 		t.Errorf("Local.List: %v, want the FormatError of event 2", err)
 	}
 	if _, err := local.Event(context.Background(), "2"); !errors.As(err, &fe) {
