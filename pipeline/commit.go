@@ -51,10 +51,17 @@ func (p *Pipeline[D]) view(ctx context.Context, fn func(Tx[D]) error) error {
 // recorded as a failure.
 func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, digest string, start time.Time) *Result {
 	reqID := RequestID(ctx)
+	key := in.(keyed).idempotencyKey()
 	if err := p.refused(); err != nil {
+		// Replays still answer while writes are refused, on a store whose
+		// writes look their keys up themselves too.
+		if !p.lookupFirst(t, in) {
+			if res := p.lookup(ctx, c, key, digest); res != nil {
+				return res
+			}
+		}
 		return &Result{RequestID: reqID, Outcome: OutcomeError, Err: err}
 	}
-	key := in.(keyed).idempotencyKey()
 	// One wait for the key in all: for the calls of this process (the
 	// lock), then for those of others sharing the store (the claim).
 	deadline := time.Now().Add(p.cfg.KeyWait)

@@ -108,6 +108,11 @@ type Pipeline[D any] struct {
 	// owner names this pipeline as the owner of the pending records it
 	// makes and takes over.
 	owner string
+
+	// claimLookup is the store, if its writes may look their keys up in
+	// their claim alone (ClaimLookup), asked at each call: a store opened
+	// after the pipeline knows only then.
+	claimLookup ClaimLookup
 }
 
 var _ Service = (*Pipeline[any])(nil)
@@ -147,6 +152,7 @@ func New[D any](cfg Config[D]) *Pipeline[D] {
 		cfg.Attempts = DefaultAttempts
 	}
 	p := &Pipeline[D]{cfg: cfg, log: cfg.Logger, tools: make(map[string]*Tool[D]), owner: ulid.Make().String()}
+	p.claimLookup, _ = cfg.Storage.(ClaimLookup)
 	p.tools[OutcomeToolName] = outcomeTool[D]()
 	p.tools[ResolveToolName] = resolveTool[D](p)
 	return p
@@ -311,8 +317,10 @@ func (p *Pipeline[D]) Call(ctx context.Context, c Caller, tool string, args []by
 	}
 	d := digest.Request(tool, canonical) // stage 4
 	key := in.(keyed).idempotencyKey()
-	if res := p.lookup(ctx, c, key, d); res != nil { // stage 5
-		return res
+	if p.lookupFirst(t, in) {
+		if res := p.lookup(ctx, c, key, d); res != nil { // stage 5
+			return res
+		}
 	}
 	if err := p.confirm(ctx, c, t, in); err != nil { // stage 6
 		return p.reject(ctx, err)
@@ -368,6 +376,16 @@ func (p *Pipeline[D]) lookup(ctx context.Context, c Caller, key, digest string) 
 		}
 		return p.settled(RequestID(ctx), rec, digest, now)
 	}
+}
+
+// lookupFirst reports whether stage 5 reads the key in a read transaction
+// of its own before the write, or leaves it to the write's claim
+// (ClaimLookup): a call to an upstream waits there for a pending record,
+// and a destructive call without "confirm" must be answered from its
+// record before stage 6 would preview it.
+func (p *Pipeline[D]) lookupFirst(t *Tool[D], in any) bool {
+	return p.claimLookup == nil || t.external != nil || t.Destructive && !in.(confirmable).confirmed() ||
+		!p.claimLookup.ClaimLookup()
 }
 
 // now is the pipeline's clock: Config.Now, never earlier than a time it

@@ -31,6 +31,21 @@ type Storage[D any] interface {
 	View(ctx context.Context, fn func(Tx[D]) error) error
 }
 
+// ClaimLookup is implemented by a Storage each of whose transactions costs
+// a round trip to a server (PostgreSQL), for which stage 5's read
+// transaction is a round trip that the write's claim repeats. For it the
+// pipeline looks a key up only inside the write's transaction where stage
+// 6 does not need the answer first: a write to the store that is not an
+// unconfirmed delete. The claim answers a live record as the lookup would
+// (the replay, byte for byte, or the conflict), and its transaction
+// writes nothing; a replay then takes a turn in a batch instead of a read
+// transaction. A write to an upstream, whose pending record the lookup
+// waits for, and a destructive call without "confirm", which must replay
+// rather than preview, are looked up first on every store.
+type ClaimLookup interface {
+	ClaimLookup() bool
+}
+
 // Store is one open store of a backend: the Storage the pipeline's calls
 // run on, and what a daemon needs of it around them. Each backend is one
 // package that opens its stores as Stores; package storetest is the

@@ -49,6 +49,7 @@ type Pending struct {
 }
 
 var _ Store = (*Pending)(nil)
+var _ pipeline.ClaimLookup = (*Pending)(nil)
 
 // openPending opens a store with open. If open answers UNAVAILABLE,
 // openPending returns at once a Pending that keeps trying in the
@@ -167,6 +168,14 @@ func (p *Pending) Err() error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.err
+}
+
+// ClaimLookup is the open store's (pipeline.ClaimLookup), asked at each
+// call: false until the store opens, while every call is answered
+// UNAVAILABLE anyway.
+func (p *Pending) ClaimLookup() bool {
+	s, ok := p.Store().(pipeline.ClaimLookup)
+	return ok && s.ClaimLookup()
 }
 
 // Store returns the open store, or nil.

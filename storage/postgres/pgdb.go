@@ -93,6 +93,7 @@ type Store struct {
 }
 
 var _ pipeline.Store[handlers.Store] = (*Store)(nil)
+var _ pipeline.ClaimLookup = (*Store)(nil)
 
 // Open connects to the database, brings its schema up to date (under an
 // advisory lock, so that replicas starting together apply each migration
@@ -216,6 +217,11 @@ func (s *Store) View(ctx context.Context, fn func(pipeline.Tx[handlers.Store]) e
 	}()
 	return fn(t.bound())
 }
+
+// ClaimLookup says that a write's key is looked up by its claim alone
+// (pipeline.ClaimLookup): a read transaction before it would cost a round
+// trip to the server, and its claim reads the record again anyway.
+func (s *Store) ClaimLookup() bool { return true }
 
 // viewEndTimeout bounds the ROLLBACK of a read-only transaction, sent
 // after its caller has its answer (View).
