@@ -268,15 +268,24 @@ func (s *Store) integrate(ctx context.Context, lag time.Duration, wait bool) err
 	}
 }
 
+// afterHead bounds a scan of the queue from below: every queued event's id
+// is above the log's last (integration takes them in id order and
+// deletes them as it does), and the queue's index keeps the integrated
+// events' entries, dead, until a vacuum, which a scan from the start of
+// the index would walk through at every cut (1.2 ms a cut, measured with
+// two replicas at 64 agents by pg_stat_statements, against 0.02 ms with
+// the bound).
+const afterHead = `(SELECT last_id FROM audit_head) COLLATE "C"`
+
 // cut moves the cut, in one message: the sequencer's lock exclusive (it
 // waits for the seals in flight, each its COMMIT's), the cut, the commit;
 // and reports whether events at or below the cut wait to be integrated.
 func (s *Store) cut(ctx context.Context, lag time.Duration, wait bool) (bool, error) {
 	sql := "BEGIN; " + integrateLockTimeout(wait) + "; " +
 		"SELECT pg_advisory_xact_lock(" + strconv.FormatInt(sequenceKey, 10) + "); " +
-		"UPDATE audit_cut SET id = q.id FROM (SELECT max(id) AS id FROM audit_queue WHERE queued_at <= clock_timestamp() - interval '" +
+		"UPDATE audit_cut SET id = q.id FROM (SELECT max(id) AS id FROM audit_queue WHERE id > " + afterHead + " AND queued_at <= clock_timestamp() - interval '" +
 		strconv.FormatInt(lag.Microseconds(), 10) + " microseconds') q WHERE q.id > audit_cut.id; COMMIT; " +
-		"SELECT EXISTS (SELECT 1 FROM audit_queue WHERE id <= (SELECT id FROM audit_cut))"
+		"SELECT EXISTS (SELECT 1 FROM audit_queue WHERE id > " + afterHead + " AND id <= (SELECT id FROM audit_cut))"
 	conn, err := s.writer.Acquire(ctx)
 	if err != nil {
 		return false, wrapErr("integrate", err)
@@ -316,7 +325,7 @@ func (s *Store) integrateBatch(ctx context.Context, wait bool) (int, error) {
 		}
 		return 0, err
 	}
-	rows, err := q.Query(ctx, "SELECT id, event FROM audit_queue WHERE id <= (SELECT id FROM audit_cut) ORDER BY id LIMIT $1", integrateBatch)
+	rows, err := q.Query(ctx, "SELECT id, event FROM audit_queue WHERE id > $1 AND id <= (SELECT id FROM audit_cut) ORDER BY id LIMIT $2", h.lastID, integrateBatch)
 	if err != nil {
 		return 0, wrapErr("read the audit queue", err)
 	}
