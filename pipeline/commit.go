@@ -53,8 +53,9 @@ func (p *Pipeline[D]) write(ctx context.Context, c Caller, t *Tool[D], in any, d
 	reqID := RequestID(ctx)
 	key := in.(keyed).idempotencyKey()
 	if err := p.refused(); err != nil {
-		// Replays still answer while writes are refused, on a store whose
-		// writes look their keys up themselves too.
+		// A refused write never reaches its claim: where the claim was to
+		// be its lookup (lookupFirst), a replay is looked up here, since
+		// replays still answer while writes are refused.
 		if !p.lookupFirst(t, in) {
 			if res := p.lookup(ctx, c, key, digest); res != nil {
 				return res

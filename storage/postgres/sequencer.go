@@ -44,9 +44,12 @@ const sequenceKey = 0x77726974_65726403
 // with new ids, it commits (committer.commit).
 var errStale = errors.New("pgdb: the audit log was cut past the write's events")
 
-// errIntegrity: a queued event would go before the log's last one. The
-// seal forbids it; a store altered by hand, or a bug, could still do it.
-var errIntegrity = errors.New("pgdb: a queued audit event is not after the log's last one: the log is damaged")
+// errIntegrity: a queued event's id is not the one its event holds. A
+// store altered by hand, or a bug, could do it. (An event queued at or
+// below the log's last one, which the seal forbids, is never read by
+// integration, whose scans start above the head: writerd check reports
+// it.)
+var errIntegrity = errors.New("pgdb: a queued audit event's id is not its event's: the log is damaged")
 
 const (
 	// integrateEvery is how often each replica integrates in the
@@ -361,7 +364,7 @@ func (s *Store) integrateBatch(ctx context.Context, wait bool) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("pgdb: a queued audit event: %w", err)
 		}
-		if e.ID != qe.id || qe.id <= h.lastID {
+		if e.ID != qe.id {
 			return 0, errIntegrity
 		}
 		e.Seq = h.size + 1
